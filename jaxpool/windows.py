@@ -1,0 +1,140 @@
+"""Window arithmetic for one spatial axis, in plain Python (no JAX, no tracing).
+
+Every pooling op in jaxpool is separable: along each spatial axis it sums a set of windows
+``[start, stop)`` of the (zero-padded) input, and the result is divided by the product of
+per-axis divisors (or by ``divisor_override``). An :class:`AxisPlan` describes one axis and
+names the strategy that computes its window sums; :func:`choose_strategy` is the one place
+where that choice is made.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Per-axis strategies, from cheapest to most general. Every one of them is built from pad,
+# slice, reshape, broadcast, reduce-sum, select and dot, so no derivative contains a scatter.
+STRATEGIES = ("identity", "blocks", "repeat", "taps", "ragged")
+
+
+@dataclass(frozen=True)
+class AxisPlan:
+    """How to pool one axis of extent ``in_size`` into ``out_size`` windows.
+
+    Window ``i`` sums ``padded[starts[i]:stops[i]]`` where ``padded`` is the input with
+    ``pad_lo`` zeros before it; ``divisors[i]`` is torch's per-axis count for that window.
+    """
+
+    in_size: int
+    out_size: int
+    pad_lo: int
+    starts: tuple[int, ...]
+    stops: tuple[int, ...]
+    divisors: tuple[int, ...]
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.starts, self.stops))
+
+    @property
+    def max_length(self) -> int:
+        return max(self.lengths)
+
+    @property
+    def stride(self) -> int | None:
+        """The common step between window starts, or None when the starts are irregular."""
+        if self.out_size == 1:
+            return max(self.lengths)
+        steps = {b - a for a, b in zip(self.starts, self.starts[1:])}
+        return steps.pop() if len(steps) == 1 else None
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(self.lengths)) == 1 and self.stride is not None
+
+    @property
+    def padded_size(self) -> int:
+        """Extent the padded input must have for every window to lie inside it."""
+        return max(self.stops[-1], self.pad_lo + self.in_size)
+
+    @property
+    def strategy(self) -> str:
+        return choose_strategy(self)
+
+
+def choose_strategy(plan: AxisPlan) -> str:
+    """Pick the cheapest exact strategy for one axis.
+
+    - ``identity``: every window is one element, in order (nothing to do);
+    - ``blocks``: windows tile the axis back to back: reshape and sum;
+    - ``repeat``: upsampling by an integer factor: broadcast and reshape;
+    - ``taps``: equal windows at a fixed stride: one strided slice per window offset;
+    - ``ragged``: adaptive windows of unequal length (see ``jaxpool._axis``).
+    """
+    if plan.uniform:
+        length, stride = plan.lengths[0], plan.stride
+        if length == 1 and stride == 1 and plan.starts[0] == 0 and plan.pad_lo == 0 \
+                and plan.out_size == plan.in_size:
+            return "identity"
+        if length == stride:
+            return "blocks"
+        return "taps"
+    if is_integer_upsampling(plan):
+        return "repeat"
+    return "ragged"
+
+
+def is_integer_upsampling(plan: AxisPlan) -> bool:
+    n, k = plan.in_size, plan.out_size
+    return (plan.pad_lo == 0 and k % n == 0 and k > n
+            and plan.starts == tuple(i * n // k for i in range(k))
+            and set(plan.lengths) == {1})
+
+
+def adaptive_plan(in_size: int, out_size: int) -> AxisPlan:
+    """torch's adaptive windows: ``[floor(i*n/k), ceil((i+1)*n/k))`` for ``i < k``."""
+    n, k = in_size, out_size
+    starts = tuple(i * n // k for i in range(k))
+    stops = tuple(-((-(i + 1) * n) // k) for i in range(k))
+    lengths = tuple(b - a for a, b in zip(starts, stops))
+    return AxisPlan(n, k, 0, starts, stops, lengths)
+
+
+def avg_pool_out_size(in_size: int, kernel: int, stride: int, padding: int,
+                      ceil_mode: bool) -> int:
+    """torch's ``pooling_output_shape``: floor (or ceil) division, and with ``ceil_mode`` the
+    last window may not start inside the right padding."""
+    span = in_size + 2 * padding - kernel
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= in_size + padding:
+        out -= 1
+    return out
+
+
+def avg_pool_plan(in_size: int, kernel: int, stride: int, padding: int, ceil_mode: bool,
+                  count_include_pad: bool) -> AxisPlan:
+    """torch's avg_pool windows along one axis, in coordinates of the left-padded input.
+
+    ``divisors`` follow torch: with ``count_include_pad`` the window clipped to the padded
+    extent ``in_size + 2*padding``; without it, the window clipped to the real input.
+    """
+    k = avg_pool_out_size(in_size, kernel, stride, padding, ceil_mode)
+    starts, stops, divisors = [], [], []
+    for i in range(k):
+        lo = i * stride - padding                  # in input coordinates
+        hi_padded = min(lo + kernel, in_size + padding)
+        count = (hi_padded - lo) if count_include_pad else (min(lo + kernel, in_size) - max(lo, 0))
+        starts.append(lo + padding)
+        stops.append(lo + padding + kernel)
+        divisors.append(count)
+    # A ceil-mode window may overhang the padded input; its overhang holds zeros, so the
+    # window keeps its full kernel length (uniform windows stay uniform) and only the
+    # divisor sees the clipping.
+    return AxisPlan(in_size, k, padding, tuple(starts), tuple(stops), tuple(divisors))
+
+
+def gcd_period(in_size: int, out_size: int) -> tuple[int, int]:
+    """``(n', k')`` with ``n/k == n'/k'`` in lowest terms: adaptive windows repeat with
+    period ``k'`` outputs and shift by ``n'`` inputs per period."""
+    g = math.gcd(in_size, out_size)
+    return in_size // g, out_size // g

@@ -1,0 +1,80 @@
+"""Moving arrays between NumPy, JAX and torch without changing a single bit.
+
+Values, shape and dtype survive the trip, bfloat16 included (NumPy spells it
+``ml_dtypes.bfloat16``; torch cannot import that dtype directly, so it travels
+as raw 16-bit words). 64-bit dtypes need JAX's x64 mode; ``to_jax`` turns it on
+for the conversion so a float64 tensor never silently becomes float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+__all__ = ["to_torch", "to_jax", "to_numpy", "x64", "TORCH_DTYPES"]
+
+# NumPy dtype -> torch dtype, for the dtypes parity moves across.
+TORCH_DTYPES = {
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(ml_dtypes.bfloat16): torch.bfloat16,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+_NUMPY_DTYPES = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+def x64():
+    """Context manager under which JAX keeps 64-bit dtypes (a no-op if already on)."""
+    if jax.config.jax_enable_x64:
+        return contextlib.nullcontext()
+    return jax.enable_x64(True)
+
+
+def to_numpy(x) -> np.ndarray:
+    """NumPy copy of a NumPy/JAX array or torch tensor, same dtype (bfloat16 as ml_dtypes)."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().resolve_conj().resolve_neg().contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+        if t.dtype not in _NUMPY_DTYPES:
+            raise TypeError(f"to_numpy: unsupported torch dtype {t.dtype}")
+        return t.numpy().copy()
+    return np.array(x, copy=True, order="C")
+
+
+def to_torch(array) -> torch.Tensor:
+    """torch tensor with the same values, shape and dtype as a NumPy/JAX array.
+
+    Returns a fresh CPU tensor that owns its memory (no aliasing with ``array``).
+    """
+    if isinstance(array, torch.Tensor):
+        return array.detach().clone()
+    a = to_numpy(array)
+    if a.dtype not in TORCH_DTYPES:
+        raise TypeError(f"to_torch: unsupported dtype {a.dtype} (array of shape {a.shape})")
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def to_jax(tensor) -> jax.Array:
+    """JAX array with the same values, shape and dtype as a torch tensor or NumPy array."""
+    a = to_numpy(tensor)
+    with x64():
+        out = jnp.asarray(a)
+    if out.dtype != a.dtype:  # pragma: no cover - would mean a silent cast
+        raise TypeError(f"to_jax: dtype {a.dtype} became {out.dtype}")
+    return out
