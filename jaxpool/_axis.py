@@ -8,12 +8,14 @@ either mode, contain no scatter.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxpool.windows import AxisPlan, gcd_period
+from jaxpool.windows import AxisPlan
 
 
 def window_sum(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
@@ -75,17 +77,14 @@ def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
 
 
 def _ragged(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    """Adaptive windows of unequal length.
+    """Adaptive windows of unequal length, as a product with the 0/1 window matrix.
 
-    Values: window ``i`` starts at ``floor(i*n/k)``. With the input repeated ``k'`` times
-    (``n/k = n'/k'`` in lowest terms), element ``floor(i*n'/k') + t`` sits at
-    ``i*n' + t*k'``, so offset ``t`` of every window is one strided slice, whatever ``k``
-    is: the program size does not grow with the output size, and each window sums only its
-    own elements, so non-finite values stay in the windows that hold them.
-
-    Derivatives: the tangent is the same linear map written as a product with the 0/1
-    window matrix, whose transpose is again a product (a strided-slice formulation would
-    transpose into sums over the repeated input, k' times the work).
+    A product alone would turn one inf into NaN across its whole row (``0 * inf``), so the
+    values take the product only when every input is finite and otherwise count the NaN,
+    +inf and -inf in each window with the same matrix and put them back where torch has
+    them. Both branches are products, so the program size does not grow with the output
+    size. The tangent is the plain product, whose transpose is again a product, so
+    derivatives of any order stay scatter-free (``lax.cond`` never gets differentiated).
     """
     return _ragged_sum(plan, axis)(x)
 
@@ -93,7 +92,9 @@ def _ragged(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
 def _ragged_sum(plan: AxisPlan, axis: int):
     @jax.custom_jvp
     def ragged_sum(x):
-        return _ragged_taps(x, axis, plan)
+        return lax.cond(jnp.all(jnp.isfinite(x)),
+                        functools.partial(_window_matmul, axis=axis, plan=plan),
+                        functools.partial(_window_matmul_nonfinite, axis=axis, plan=plan), x)
 
     @ragged_sum.defjvp
     def ragged_sum_jvp(primals, tangents):
@@ -103,24 +104,17 @@ def _ragged_sum(plan: AxisPlan, axis: int):
     return ragged_sum
 
 
-def _ragged_taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    n, k = plan.in_size, plan.out_size
-    n_step, factor = gcd_period(n, k)
-    lengths = np.asarray(plan.lengths)
-    longest, shortest = int(lengths.max()), int(lengths.min())
-    # Zeros after the input let the longest offset of the last window read in bounds.
-    rep = _repeat(_pad_axis(x, axis, 0, longest), axis, factor)
-    mask_shape = [1] * x.ndim
-    mask_shape[axis] = k
-    total = None
-    for offset in range(longest):
-        start = offset * factor
-        tap = lax.slice_in_dim(rep, start, start + (k - 1) * n_step + 1, n_step, axis)
-        if offset >= shortest:
-            inside = (lengths > offset).reshape(mask_shape)
-            tap = jnp.where(inside, tap, jnp.zeros((), tap.dtype))
-        total = tap if total is None else total + tap
-    return total
+def _window_matmul_nonfinite(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """Window sums with torch's handling of NaN and inf: NaN if a window holds a NaN or
+    both infinities, else the sign of the infinity it holds, else the finite sum."""
+    finite = jnp.isfinite(x)
+    total = _window_matmul(jnp.where(finite, x, jnp.zeros((), x.dtype)), axis, plan)
+    def count(hit):
+        return _window_matmul(hit.astype(x.dtype), axis, plan) > 0
+    has_nan, has_pos, has_neg = count(jnp.isnan(x)), count(x == jnp.inf), count(x == -jnp.inf)
+    inf = jnp.asarray(jnp.inf, x.dtype)
+    total = jnp.where(has_pos, inf, jnp.where(has_neg, -inf, total))
+    return jnp.where(has_nan | (has_pos & has_neg), jnp.asarray(jnp.nan, x.dtype), total)
 
 
 def window_matrix(plan: AxisPlan) -> np.ndarray:

@@ -69,7 +69,7 @@ def choose_strategy(plan: AxisPlan) -> str:
     - ``blocks``: windows tile the axis back to back: reshape and sum;
     - ``repeat``: upsampling by an integer factor: broadcast and reshape;
     - ``taps``: equal windows at a fixed stride: one strided slice per window offset;
-    - ``ragged``: adaptive windows of unequal length (see ``jaxpool._axis``).
+    - ``ragged``: adaptive windows of unequal length: a product with the 0/1 window matrix.
     """
     if plan.uniform:
         length, stride = plan.lengths[0], plan.stride

@@ -1,0 +1,183 @@
+"""The cells the benchmark times, and torch's reference for each.
+
+A cell is one pooling call on one input shape. Shapes are given channels-first
+([B, C, H, W]) whatever the layout in memory; a channels-last cell holds the same
+tensor as [B, H, W, C].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+__all__ = ["Case", "GRIDS", "MODES", "adaptive", "avg", "global_", "select"]
+
+MODES = ("fwd", "grad", "gradgrad")
+MODE_TITLES = {
+    "fwd": "forward",
+    "grad": "grad of sum(pool(x)**2)",
+    "gradgrad": "grad of |grad|**2",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One grid cell: an op, its arguments and a channels-first input shape."""
+
+    op: str  # "adaptive" | "avg" | "global"
+    shape: tuple[int, int, int, int]  # [B, C, H, W]
+    dtype: str = "float32"
+    channels_last: bool = False
+    output_size: tuple[int, int] | None = None
+    kernel_size: int = 0
+    stride: int = 0
+    padding: int = 0
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+
+    @property
+    def memory_shape(self) -> tuple[int, ...]:
+        b, c, h, w = self.shape
+        return (b, h, w, c) if self.channels_last else (b, c, h, w)
+
+    @property
+    def spatial_axes(self) -> tuple[int, int]:
+        return (1, 2) if self.channels_last else (2, 3)
+
+    @property
+    def itemsize(self) -> int:
+        return {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def stride_(self) -> int:
+        return self.stride or self.kernel_size
+
+    @property
+    def label(self) -> str:
+        shape = "x".join(map(str, self.shape))
+        if self.op == "adaptive":
+            oh, ow = self.output_size
+            text = f"adaptive {shape} -> {oh if oh == ow else (oh, ow)}"
+        elif self.op == "avg":
+            text = f"avg {shape} k{self.kernel_size}"
+            if self.stride_ != self.kernel_size:
+                text += f" s{self.stride_}"
+            if self.padding:
+                text += f" p{self.padding}"
+            if self.ceil_mode:
+                text += " ceil"
+            if not self.count_include_pad:
+                text += " excl-pad"
+        else:
+            text = f"global {shape}"
+        if self.channels_last:
+            text += " NHWC"
+        if self.dtype != "float32":
+            text += " " + {"bfloat16": "bf16", "float16": "f16", "float64": "f64"}[self.dtype]
+        return text
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """Channels-first output shape, from torch's shape rules."""
+        b, c, h, w = self.shape
+        if self.op == "global":
+            return (b, c)
+        if self.op == "adaptive":
+            return (b, c, *self.output_size)
+        return (b, c, *(avg_out(n, self.kernel_size, self.stride_, self.padding,
+                                self.ceil_mode) for n in (h, w)))
+
+    def torch_op(self):
+        """Torch's function for this cell: channels-first tensor -> tensor."""
+        import torch.nn.functional as F
+
+        if self.op == "adaptive":
+            size = self.output_size
+            return lambda t: F.adaptive_avg_pool2d(t, size)
+        if self.op == "global":
+            return lambda t: F.adaptive_avg_pool2d(t, 1).flatten(1)
+        k, s, p = self.kernel_size, self.stride_, self.padding
+        ceil, cip = self.ceil_mode, self.count_include_pad
+        return lambda t: F.avg_pool2d(t, k, s, p, ceil_mode=ceil, count_include_pad=cip)
+
+
+def avg_out(n: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    """torch's pooling output extent for one axis."""
+    num = n + 2 * p - k + (s - 1 if ceil_mode else 0)
+    out = num // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def adaptive(shape, out, **kw) -> Case:
+    out = (out, out) if isinstance(out, int) else tuple(out)
+    return Case("adaptive", tuple(shape), output_size=out, **kw)
+
+
+def avg(shape, k, s=0, p=0, **kw) -> Case:
+    return Case("avg", tuple(shape), kernel_size=k, stride=s or k, padding=p, **kw)
+
+
+def global_(shape, **kw) -> Case:
+    return Case("global", tuple(shape), **kw)
+
+
+FULL = (
+    adaptive((64, 256, 15, 15), 4),
+    adaptive((64, 256, 32, 32), 4),
+    adaptive((32, 64, 56, 56), 7),
+    adaptive((16, 64, 50, 50), 9),
+    adaptive((16, 64, 7, 7), 9),
+    adaptive((8, 32, 224, 224), 7),
+    adaptive((8, 32, 225, 225), 11),
+    adaptive((32, 512, 7, 7), 1),
+    adaptive((64, 128, 33, 33), (5, 3)),
+    adaptive((32, 64, 56, 56), 7, channels_last=True),
+    adaptive((64, 256, 15, 15), 4, channels_last=True),
+    adaptive((64, 256, 15, 15), 4, dtype="bfloat16"),
+    avg((64, 64, 56, 56), 2),
+    avg((64, 64, 56, 56), 3, 2, 1, count_include_pad=False),
+    avg((32, 64, 32, 32), 3, 1, 1),
+    avg((32, 256, 14, 14), 2),
+    avg((16, 64, 56, 56), 3, 2, 1, ceil_mode=True),
+    global_((64, 512, 7, 7)),
+    global_((16, 256, 56, 56)),
+)
+
+# One cell per kind of behaviour: ragged, keras-wrong, overlapping, ceil, global.
+QUICK = (
+    adaptive((64, 256, 15, 15), 4),
+    adaptive((16, 64, 50, 50), 9),
+    adaptive((32, 64, 56, 56), 7),
+    avg((32, 64, 32, 32), 3, 1, 1),
+    avg((16, 64, 56, 56), 3, 2, 1, ceil_mode=True),
+    global_((64, 512, 7, 7)),
+)
+
+# Tiny shapes that exercise every code path of the tool in seconds.
+SMOKE = (
+    adaptive((2, 3, 15, 15), 4),
+    adaptive((2, 3, 7, 7), 9),
+    adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
+    adaptive((2, 3, 15, 15), 4, dtype="bfloat16"),
+    avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
+    avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
+    avg((2, 3, 8, 8), 2),
+    global_((2, 3, 5, 5)),
+)
+
+GRIDS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
+
+
+def select(cases, pattern: str | None):
+    """Cells whose label matches the regular expression `pattern` (all if None)."""
+    if not pattern:
+        return tuple(cases)
+    rx = re.compile(pattern)
+    return tuple(c for c in cases if rx.search(c.label))

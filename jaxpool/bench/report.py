@@ -1,0 +1,187 @@
+"""Markdown table, PNG chart and JSON from the results of a run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .grid import MODE_TITLES
+from .sides import PEERS, SIDE_NAMES
+
+__all__ = ["chart", "markdown", "splice", "write_json", "BEGIN", "END"]
+
+BEGIN = "<!-- jaxpool.bench:begin -->"
+END = "<!-- jaxpool.bench:end -->"
+SHORT = {"unsupported": "n/a", "error": "raises", "wrong": "wrong", "missing": "-"}
+FLOOR_TARGET = 3.0  # forward within 3x of one read of the input ...
+FLOOR_BYTES = 10e6  # ... on every cell that reads more than 10 MB
+
+
+def _fmt(ms: float) -> str:
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
+
+
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return ""
+    if entry["status"] != "ok" or "median_ms" not in entry:
+        return SHORT.get(entry["status"], entry["status"])
+    half_iqr = (entry["q75_ms"] - entry["q25_ms"]) / 2
+    return f"{_fmt(entry['median_ms'])} ±{_fmt(half_iqr)}"
+
+
+def misses(r: dict) -> list[str]:
+    """The targets result `r` misses, in words."""
+    out = []
+    if r["ratio_peer"] is not None and r["ratio_peer"] > 1.0:
+        out.append(f"{r['ratio_peer']:.2f}x {r['best_peer']}")
+    if (r["mode"] == "fwd" and r["bytes"] > FLOOR_BYTES and r["ratio_floor"] is not None
+            and r["ratio_floor"] > FLOOR_TARGET):
+        out.append(f"{r['ratio_floor']:.1f}x the floor")
+    jp = r["sides"].get("jaxpool")
+    if jp and jp["status"] not in ("ok", "missing"):
+        out.append(f"jaxpool {jp['status']}: {jp.get('error') or jp.get('note')}")
+    return out
+
+
+def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> str:
+    """The results as a markdown section: header, table, targets, notes, chart."""
+    sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
+    lines = [
+        f"Run of {meta['date']} on {meta['machine']}; {meta['versions']}.",
+        "",
+        f"Command: `{meta['command']}` ({meta['elapsed_s'] / 60:.1f} min).",
+        "",
+        f"Milliseconds per call: median of {meta['reps']} interleaved samples "
+        "± half the interquartile range. Modes: "
+        + "; ".join(f"`{m}` = {t}" for m, t in MODE_TITLES.items())
+        + ". `floor` = one read of the input (`x.sum` over the spatial axes, jitted, "
+        "differentiated the same way). `best peer` = jaxpool's time over the fastest peer "
+        "whose values match torch; **bold** = a target missed (above 1.0x the best peer; "
+        f"forward above {FLOOR_TARGET:g}x the floor on a cell over {FLOOR_BYTES / 1e6:g} MB). "
+        "`wrong` = values differ from torch (not timed); `n/a` = no equivalent call; "
+        "`raises` = the call fails; `-` = not installed.",
+        "",
+        "| cell | MB | mode | " + " | ".join(sides) + " | jaxpool / best peer | jaxpool / floor |",
+        "|---|---:|---|" + "---:|" * len(sides) + "---:|---:|",
+    ]
+    last = None
+    for r in results:
+        first = r["cell"] != last
+        last = r["cell"]
+        cells = [_cell(r["sides"].get(s)) for s in sides]
+        peer = ""
+        if r["ratio_peer"] is not None:
+            peer = f"{r['ratio_peer']:.2f} ({r['best_peer']})"
+            if r["ratio_peer"] > 1.0:
+                peer = f"**{r['ratio_peer']:.2f}** ({r['best_peer']})"
+        floor = ""
+        if r["ratio_floor"] is not None:
+            floor = f"{r['ratio_floor']:.1f}"
+            if r["mode"] == "fwd" and r["bytes"] > FLOOR_BYTES and r["ratio_floor"] > FLOOR_TARGET:
+                floor = f"**{floor}**"
+        mb = f"{r['bytes'] / 1e6:.1f}" if first else ""
+        lines.append(
+            f"| {r['cell'] if first else ''} | {mb} | {r['mode']} | " + " | ".join(cells)
+            + f" | {peer} | {floor} |"
+        )
+    missed = [(r, m) for r in results for m in [misses(r)] if m]
+    lines += ["", f"Targets: {len(results) - len(missed)} of {len(results)} rows meet every target."]
+    if missed:
+        lines += ["Rows that miss one:", ""]
+        lines += [f"- {r['cell']}, {r['mode']}: {'; '.join(m)}" for r, m in missed]
+    notes = _notes(results)
+    if notes:
+        lines += ["", "Notes on the peers:", ""] + notes
+    if chart_path:
+        lines += ["", f"![jaxpool and its peers, time relative to the fastest correct peer]({chart_path})"]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(results: list[dict]) -> list[str]:
+    """Each distinct note, wrong value or error per side, with the cells it concerns."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        for side, e in r["sides"].items():
+            texts = list(e.get("notes") or [])
+            if e["status"] in ("unsupported", "missing"):
+                texts.append(f"{SHORT[e['status']]}: {e.get('note') or e.get('error')}")
+            elif e["status"] in ("wrong", "error"):
+                texts.append(f"{SHORT[e['status']]} ({r['mode']}): {e.get('error')}")
+            for t in texts:
+                cells = grouped.setdefault((side, t), [])
+                if r["cell"] not in cells:
+                    cells.append(r["cell"])
+    return [f"- {side}, {t}: {', '.join(cells)}" for (side, t), cells in sorted(grouped.items())]
+
+
+def chart(results: list[dict], path: str) -> None:
+    """Per mode, each side's time over the fastest correct peer's, one group of bars per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in MODE_TITLES if any(r["mode"] == m for r in results)]
+    cells = list(dict.fromkeys(r["cell"] for r in results))
+    sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
+    colors = {"jaxpool": "#d62728", "torch": "#ee8a2a", "flax": "#1f77b4", "keras": "#9467bd",
+              "equinox": "#2ca02c", "floor": "#7f7f7f"}
+    height = 0.8 / max(len(sides), 1)
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 0.55 * len(cells) + 2),
+                             sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        rows = {r["cell"]: r for r in results if r["mode"] == mode}
+        for j, side in enumerate(sides):
+            ys, xs = [], []
+            for i, cell in enumerate(cells):
+                r = rows.get(cell)
+                if r is None:
+                    continue
+                base_side = r["best_peer"] or "jaxpool"
+                base = r["sides"].get(base_side, {}).get("median_ms")
+                e = r["sides"].get(side)
+                if base and e and e["status"] == "ok" and "median_ms" in e:
+                    ys.append(i + (j - (len(sides) - 1) / 2) * height)
+                    xs.append(e["median_ms"] / base)
+            ax.barh(ys, xs, height=height, color=colors.get(side), label=side)
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_title(MODE_TITLES[mode])
+        ax.set_xlabel("time / fastest correct peer (log)")
+        ax.grid(axis="x", which="both", alpha=0.3)
+    axes[0][0].set_yticks(range(len(cells)))
+    axes[0][0].set_yticklabels(cells, fontsize=8)
+    axes[0][0].invert_yaxis()
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_json(results: list[dict], meta: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+
+
+def splice(path: str, section: str) -> None:
+    """Put `section` between the bench markers of file `path` (appended if it has none)."""
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    block = f"{BEGIN}\n{section}{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + block + tail
+    else:
+        text = text + ("\n" if text and not text.endswith("\n") else "") + block + "\n"
+    with open(path, "w") as f:
+        f.write(text)

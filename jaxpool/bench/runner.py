@@ -1,0 +1,284 @@
+"""Checking and timing: every side of one cell, interleaved in one process."""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+from .grid import MODES, Case
+from .sides import JAX_SIDES, PEERS, Unsupported
+
+__all__ = ["Device", "check", "measure", "run_case", "summarize"]
+
+# Largest error allowed, relative to the largest reference value, before a side is "wrong".
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 5e-2, "float16": 1e-2}
+
+
+class Device:
+    """Where both frameworks run: "cpu" or "gpu"."""
+
+    def __init__(self, kind: str = "cpu", threads: int | None = None):
+        import jax
+        import torch
+
+        if kind not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu', got {kind!r}")
+        self.kind = kind
+        self.jax_device = jax.devices(kind)[0]
+        if kind == "gpu":
+            if not torch.cuda.is_available():
+                raise RuntimeError("torch has no CUDA device")
+            self.torch_device = torch.device("cuda")
+        else:
+            self.torch_device = torch.device("cpu")
+            torch.set_num_threads(threads or _cores())
+        self.threads = torch.get_num_threads()
+
+    def sync_torch(self):
+        if self.kind == "gpu":
+            import torch
+
+            torch.cuda.synchronize()
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def jax_mode(fn, mode: str):
+    """`fn` itself, the gradient of sum(fn(x)**2), or the gradient of that gradient's squared norm."""
+    import jax
+    import jax.numpy as jnp
+
+    if mode == "fwd":
+        return fn
+    grad = jax.grad(lambda x: jnp.sum(jnp.square(fn(x))))
+    if mode == "grad":
+        return grad
+    return jax.grad(lambda x: jnp.sum(jnp.square(grad(x))))
+
+
+def torch_mode(op, t, mode: str, sync=lambda: None) -> Callable[[], object]:
+    """A thunk computing the same quantity as `jax_mode` with torch autograd."""
+    import torch
+
+    if mode == "fwd":
+        def run():
+            with torch.no_grad():
+                y = op(t)
+            sync()
+            return y
+        return run
+    leaf = t.detach().requires_grad_(True)
+    if mode == "grad":
+        def run():
+            y = op(leaf)
+            (g,) = torch.autograd.grad(y.square().sum(), leaf)
+            sync()
+            return g
+        return run
+
+    def run():
+        y = op(leaf)
+        (g,) = torch.autograd.grad(y.square().sum(), leaf, create_graph=True)
+        (gg,) = torch.autograd.grad(g.square().sum(), leaf)
+        sync()
+        return gg
+    return run
+
+
+def check(y, ref: np.ndarray, dtype: str) -> str | None:
+    """None if `y` matches torch's float64 `ref` to the dtype's tolerance, else what is wrong."""
+    y = np.asarray(y).astype(np.float64)
+    if y.shape != ref.shape:
+        return f"shape {y.shape}, torch {ref.shape}"
+    bad = ~np.isfinite(y)
+    if bad.any():
+        return f"{int(bad.sum())} non-finite values"
+    err = float(np.max(np.abs(y - ref), initial=0.0))
+    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
+    if err > TOLERANCE[dtype] * scale:
+        return f"max error {err:.2g} on values up to {scale:.2g}"
+    return None
+
+
+def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float,
+            tick: Callable[[], None] | None = None) -> dict[str, dict]:
+    """Seconds per call of each thunk: `reps` samples each, taken round-robin.
+
+    Each sample repeats the call enough times to last `min_sample_s`; the order of
+    the thunks rotates every repetition so that no side always runs first or last.
+    """
+    inner = {}
+    for name, f in fns.items():
+        t0 = time.perf_counter()
+        f()
+        one = time.perf_counter() - t0
+        inner[name] = max(1, min(10_000, math.ceil(min_sample_s / max(one, 1e-7))))
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(reps):
+            k = r % len(names) if names else 0
+            for name in names[k:] + names[:k]:
+                f, n = fns[name], inner[name]
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    f()
+                samples[name].append((time.perf_counter() - t0) / n)
+            if tick:
+                tick()
+    finally:
+        if was_enabled:
+            gc.enable()
+    return {name: summarize(s, inner[name]) for name, s in samples.items()}
+
+
+def summarize(samples, inner: int = 1) -> dict:
+    ms = np.asarray(samples) * 1e3
+    q25, med, q75 = np.percentile(ms, [25, 50, 75])
+    return {
+        "median_ms": float(med), "q25_ms": float(q25), "q75_ms": float(q75),
+        "min_ms": float(ms.min()), "max_ms": float(ms.max()),
+        "samples_ms": [float(v) for v in ms], "inner": inner,
+    }
+
+
+def _torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _layout(case: Case, a: np.ndarray) -> np.ndarray:
+    """Channels-first array -> the cell's memory layout."""
+    if case.channels_last and a.ndim == 4:
+        return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+    return a
+
+
+def _torch_numpy(case: Case, y) -> np.ndarray:
+    import torch
+
+    return _layout(case, y.detach().to("cpu", torch.float64).numpy())
+
+
+def make_input(case: Case, seed: int) -> np.ndarray:
+    """Channels-first float32 N(0, 1) values, already representable in the cell's dtype."""
+    import torch
+
+    x = np.random.default_rng(seed).standard_normal(case.shape, dtype=np.float32)
+    if case.dtype not in ("float32", "float64"):
+        x = torch.from_numpy(x).to(_torch_dtype(case.dtype)).to(torch.float32).numpy()
+    return x
+
+
+def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=MODES,
+             reps: int = 15, min_sample_s: float = 0.01, seed: int = 0,
+             status: Callable[[str], None] = lambda s: None,
+             tick: Callable[[], None] = lambda: None) -> list[dict]:
+    """Check and time every side of `case` in each mode; one result dict per mode.
+
+    `sides` maps a side's name to None (run it) or the reason it cannot run.
+    """
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    x32 = make_input(case, seed)
+    xj = jax.device_put(jnp.asarray(_layout(case, x32), dtype=case.dtype), device.jax_device)
+    xt = torch.from_numpy(x32).to(device.torch_device, _torch_dtype(case.dtype))
+    if case.channels_last:
+        xt = xt.contiguous(memory_format=torch.channels_last)
+    x64 = torch.from_numpy(x32.astype(np.float64))
+    op = case.torch_op()
+
+    built = {}
+    for name, why in sides.items():
+        if why is not None:
+            built[name] = ("missing", why, None)
+        elif name == "torch":
+            built[name] = ("ok", None, None)
+        else:
+            try:
+                fn, notes = JAX_SIDES[name](case)
+                built[name] = ("ok", notes, fn)
+            except Unsupported as exc:
+                built[name] = ("unsupported", str(exc), None)
+            except Exception as exc:  # a peer's constructor may reject the cell
+                built[name] = ("error", f"{type(exc).__name__}: {exc}", None)
+
+    results = []
+    for mode in modes:
+        status(f"{case.label} | {mode} | reference")
+        ref = _torch_numpy(case, torch_mode(op, x64, mode)())
+        entries, thunks = {}, {}
+        for name, (state, info, fn) in built.items():
+            entry = {"status": state}
+            if state != "ok":
+                entry["note" if state == "unsupported" else "error"] = info
+                entries[name] = entry
+                continue
+            if info:
+                entry["notes"] = list(info)
+            status(f"{case.label} | {mode} | compiling {name}")
+            try:
+                if name == "torch":
+                    thunk = torch_mode(op, xt, mode, device.sync_torch)
+                    entry["compile_s"] = 0.0
+                    y = _torch_numpy(case, thunk())
+                else:
+                    t0 = time.perf_counter()
+                    compiled = jax.jit(jax_mode(fn, mode)).lower(xj).compile()
+                    entry["compile_s"] = time.perf_counter() - t0
+                    thunk = (lambda c=compiled: c(xj).block_until_ready())
+                    y = np.asarray(thunk()).astype(np.float64)
+            except Exception as exc:
+                entry.update(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+                entries[name] = entry
+                continue
+            problem = None if name == "floor" else check(y, ref, case.dtype)
+            if problem:
+                entry.update(status="wrong", error=problem)
+            else:
+                thunks[name] = thunk
+            entries[name] = entry
+        del ref
+        status(f"{case.label} | {mode} | timing")
+        timed = measure(thunks, reps, min_sample_s, tick=tick)
+        for name, stats in timed.items():
+            entries[name].update(stats)
+        results.append(_result(case, mode, entries, device))
+        del thunks, timed
+        gc.collect()
+    return results
+
+
+def _result(case: Case, mode: str, entries: dict, device: Device) -> dict:
+    def med(name):
+        e = entries.get(name)
+        return e.get("median_ms") if e and e["status"] == "ok" else None
+
+    peers = {n: med(n) for n in PEERS if med(n) is not None}
+    best = min(peers, key=peers.get) if peers else None
+    jp, fl = med("jaxpool"), med("floor")
+    return {
+        "cell": case.label, "op": case.op, "mode": mode, "dtype": case.dtype,
+        "channels_last": case.channels_last, "shape": list(case.shape),
+        "bytes": case.nbytes, "device": device.kind, "sides": entries,
+        "best_peer": best,
+        "ratio_peer": jp / peers[best] if jp is not None and best else None,
+        "ratio_floor": jp / fl if jp is not None and fl else None,
+    }

@@ -1,0 +1,212 @@
+"""The implementations the benchmark sets side by side.
+
+Each JAX side turns a cell into a function of the input as laid out in memory
+([B, C, H, W], or [B, H, W, C] for channels-last cells) that returns the pooled
+output in the same layout ([B, C] for global pooling). A side that has no way to
+express a cell raises `Unsupported`; one whose library is not installed is
+reported as missing and skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+__all__ = ["JAX_SIDES", "PEERS", "SIDE_NAMES", "Unsupported", "missing_reason"]
+
+SIDE_NAMES = ("jaxpool", "torch", "flax", "keras", "equinox", "floor")
+# Sides whose time counts as "the fastest peer": every side but jaxpool and the floor.
+PEERS = ("torch", "flax", "keras", "equinox")
+MODULES = {
+    "jaxpool": "jaxpool",
+    "torch": "torch",
+    "flax": "flax.linen",
+    "keras": "keras",
+    "equinox": "equinox",
+    "floor": "jax",
+}
+
+
+class Unsupported(Exception):
+    """The side has no call that computes this cell."""
+
+
+def _import_keras():
+    # Keras picks its backend at import time; the bench compares keras on JAX.
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "jax"
+    keras = importlib.import_module("keras")
+    if keras.backend.backend() != "jax":
+        raise ImportError(f"keras was already imported with the {keras.backend.backend()!r} backend")
+    return keras
+
+
+def missing_reason(name: str) -> str | None:
+    """None if side `name` can run here, else why not."""
+    try:
+        if name == "keras":
+            _import_keras()
+        else:
+            mod = importlib.import_module(MODULES[name])
+            if name == "jaxpool":
+                for attr in ("adaptive_avg_pool2d", "avg_pool2d", "global_avg_pool"):
+                    if not hasattr(mod, attr):
+                        return f"jaxpool has no {attr}"
+    except Exception as exc:  # an optional peer may fail to import in many ways
+        return f"not installed ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _to_nhwc(case):
+    import jax.numpy as jnp
+
+    if case.channels_last:
+        return lambda x: x
+    return lambda x: jnp.transpose(x, (0, 2, 3, 1))
+
+
+def _from_nhwc(case):
+    import jax.numpy as jnp
+
+    if case.channels_last:
+        return lambda y: y
+    return lambda y: jnp.transpose(y, (0, 3, 1, 2))
+
+
+def _divisible_window(case):
+    _, _, h, w = case.shape
+    oh, ow = case.output_size
+    if h % oh or w % ow:
+        return None
+    return (h // oh, w // ow)
+
+
+def _ceil_matters(case) -> bool:
+    from .grid import avg_out
+
+    k, s, p = case.kernel_size, case.stride_, case.padding
+    return case.ceil_mode and any(
+        avg_out(n, k, s, p, True) != avg_out(n, k, s, p, False) for n in case.shape[2:]
+    )
+
+
+def jaxpool_side(case):
+    import jaxpool
+
+    cl = case.channels_last
+    if case.op == "adaptive":
+        size = case.output_size
+        return (lambda x: jaxpool.adaptive_avg_pool2d(x, size, channels_last=cl)), None
+    if case.op == "global":
+        return (lambda x: jaxpool.global_avg_pool(x, channels_last=cl)), None
+    k, s, p = case.kernel_size, case.stride_, case.padding
+    ceil, cip = case.ceil_mode, case.count_include_pad
+    return (
+        lambda x: jaxpool.avg_pool2d(
+            x, k, s, p, ceil_mode=ceil, count_include_pad=cip, channels_last=cl
+        )
+    ), None
+
+
+def flax_side(case):
+    import jax.numpy as jnp
+    import flax.linen as nn
+
+    to, back = _to_nhwc(case), _from_nhwc(case)
+    notes = [] if case.channels_last else ["NHWC only: NCHW input transposed and back"]
+    if case.op == "global":
+        _, _, h, w = case.shape
+        return (lambda x: jnp.reshape(nn.avg_pool(to(x), (h, w)), (x.shape[0], -1))), notes
+    if case.op == "adaptive":
+        window = _divisible_window(case)
+        if window is None:
+            raise Unsupported("no adaptive pooling; ragged windows have no fixed-window equivalent")
+        notes.append("no adaptive pooling: timed as the equivalent avg_pool (kernel = stride = H/out)")
+        return (lambda x: back(nn.avg_pool(to(x), window, strides=window))), notes
+    if _ceil_matters(case):
+        raise Unsupported("no ceil_mode")
+    k, s, p = case.kernel_size, case.stride_, case.padding
+    pads = ((p, p), (p, p))
+    cip = case.count_include_pad
+    return (
+        lambda x: back(nn.avg_pool(to(x), (k, k), strides=(s, s), padding=pads, count_include_pad=cip))
+    ), notes
+
+
+def keras_side(case):
+    keras = _import_keras()
+    fmt = "channels_last" if case.channels_last else "channels_first"
+    if case.op == "adaptive":
+        size = case.output_size
+        return (lambda x: keras.ops.adaptive_average_pool(x, size, data_format=fmt)), None
+    if case.op == "global":
+        axes = case.spatial_axes
+        # keras.layers.GlobalAveragePooling2D is this mean.
+        return (lambda x: keras.ops.mean(x, axis=axes)), ["global pooling as GlobalAveragePooling2D (ops.mean)"]
+    k, s, p = case.kernel_size, case.stride_, case.padding
+    n = case.shape[2:]
+    if _ceil_matters(case):
+        raise Unsupported("no ceil_mode")
+    if p == 0:
+        padding = "valid"
+    else:
+        # "same" pads total max((out-1)*s + k - n, 0), left half rounded down, and
+        # leaves padding out of the divisor.
+        from .grid import avg_out
+
+        same_ok = all(
+            -(-m // s) == avg_out(m, k, s, p, False) and max((-(-m // s) - 1) * s + k - m, 0) // 2 == p
+            for m in n
+        )
+        if not same_ok:
+            raise Unsupported(f"padding={p} has no 'valid'/'same' equivalent")
+        if case.count_include_pad:
+            raise Unsupported("'same' padding leaves the padding out of the divisor (no count_include_pad)")
+        padding = "same"
+    return (
+        lambda x: keras.ops.average_pool(x, (k, k), strides=(s, s), padding=padding, data_format=fmt)
+    ), None
+
+
+def equinox_side(case):
+    import jax
+    import jax.numpy as jnp
+    import equinox as eqx
+
+    notes = ["per-example module, vmapped over the batch"]
+    if case.channels_last:
+        notes.append("channels-first only: NHWC input transposed and back")
+        to = lambda x: jnp.transpose(x, (0, 3, 1, 2))  # noqa: E731
+        back = lambda y: jnp.transpose(y, (0, 2, 3, 1)) if y.ndim == 4 else y  # noqa: E731
+    else:
+        to = back = lambda a: a  # noqa: E731
+    if case.op == "adaptive":
+        pool = eqx.nn.AdaptiveAvgPool2d(case.output_size)
+    elif case.op == "global":
+        inner = eqx.nn.AdaptiveAvgPool2d((1, 1))
+        pool = lambda x: jnp.reshape(inner(x), (-1,))  # noqa: E731
+    else:
+        if case.padding and not case.count_include_pad:
+            raise Unsupported("divides by the whole kernel: no count_include_pad=False")
+        pool = eqx.nn.AvgPool2d(
+            case.kernel_size, case.stride_, case.padding, use_ceil=case.ceil_mode
+        )
+    batched = jax.vmap(pool)
+    return (lambda x: back(batched(to(x)))), notes
+
+
+def floor_side(case):
+    import jax.numpy as jnp
+
+    axes = case.spatial_axes
+    return (lambda x: jnp.sum(x, axis=axes)), None
+
+
+JAX_SIDES = {
+    "jaxpool": jaxpool_side,
+    "flax": flax_side,
+    "keras": keras_side,
+    "equinox": equinox_side,
+    "floor": floor_side,
+}
