@@ -50,7 +50,7 @@ class AxisPlan:
 
     @property
     def uniform(self) -> bool:
-        return len(set(self.lengths)) == 1 and self.stride is not None
+        return len(set(self.lengths)) == 1 and bool(self.stride)
 
     @property
     def padded_size(self) -> int:

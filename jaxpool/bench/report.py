@@ -105,20 +105,24 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
 
 
 def _notes(results: list[dict]) -> list[str]:
-    """Each distinct note, wrong value or error per side, with the cells it concerns."""
-    grouped: dict[tuple[str, str], list[str]] = {}
+    """Each distinct note, wrong value or error per side, with the cells (and modes) it concerns."""
+    all_modes = list(dict.fromkeys(r["mode"] for r in results))
+    grouped: dict[tuple[str, str], dict[str, list[str]]] = {}
     for r in results:
         for side, e in r["sides"].items():
             texts = list(e.get("notes") or [])
             if e["status"] in ("unsupported", "missing"):
                 texts.append(f"{SHORT[e['status']]}: {e.get('note') or e.get('error')}")
             elif e["status"] in ("wrong", "error"):
-                texts.append(f"{SHORT[e['status']]} ({r['mode']}): {e.get('error')}")
+                texts.append(f"{SHORT[e['status']]}: {e.get('error')}")
             for t in texts:
-                cells = grouped.setdefault((side, t), [])
-                if r["cell"] not in cells:
-                    cells.append(r["cell"])
-    return [f"- {side}, {t}: {', '.join(cells)}" for (side, t), cells in sorted(grouped.items())]
+                grouped.setdefault((side, t), {}).setdefault(r["cell"], []).append(r["mode"])
+
+    def where(cells):
+        return ", ".join(c if modes == all_modes else f"{c} ({', '.join(modes)})"
+                         for c, modes in cells.items())
+
+    return [f"- {side}, {t}: {where(cells)}" for (side, t), cells in sorted(grouped.items())]
 
 
 def chart(results: list[dict], path: str) -> None:
@@ -170,16 +174,16 @@ def write_json(results: list[dict], meta: dict, path: str) -> None:
         json.dump({"meta": meta, "results": results}, f, indent=1)
 
 
-def splice(path: str, section: str) -> None:
-    """Put `section` between the bench markers of file `path` (appended if it has none)."""
+def splice(path: str, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Put `section` between the markers `begin` and `end` of file `path` (appended if it has none)."""
     text = ""
     if os.path.exists(path):
         with open(path) as f:
             text = f.read()
-    block = f"{BEGIN}\n{section}{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
+    block = f"{begin}\n{section}{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + block + tail
     else:
         text = text + ("\n" if text and not text.endswith("\n") else "") + block + "\n"

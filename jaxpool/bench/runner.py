@@ -29,10 +29,11 @@ class Device:
             raise ValueError(f"device must be 'cpu' or 'gpu', got {kind!r}")
         self.kind = kind
         self.jax_device = jax.devices(kind)[0]
+        self.torch_missing = None  # why torch cannot run on this device, if it cannot
         if kind == "gpu":
-            if not torch.cuda.is_available():
-                raise RuntimeError("torch has no CUDA device")
             self.torch_device = torch.device("cuda")
+            if not torch.cuda.is_available():
+                self.torch_missing = "this torch build has no CUDA device"
         else:
             self.torch_device = torch.device("cpu")
             torch.set_num_threads(threads or _cores())

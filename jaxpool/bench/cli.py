@@ -1,0 +1,196 @@
+"""Command line: check and time jaxpool against its peers, write a table and a chart."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import platform
+import shlex
+import sys
+import time
+
+from .grid import GRIDS, MODES, select
+from .sides import SIDE_NAMES
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m jaxpool.bench",
+        description="Time jaxpool against torch, flax, keras and equinox, side by side and "
+        "interleaved, on a grid of pooling cells; check every side's values against torch first.",
+    )
+    p.add_argument("--quick", action="store_true",
+                   help="a few representative cells and fewer samples (about 2 minutes on 2 cores)")
+    p.add_argument("--grid", choices=sorted(GRIDS), default=None,
+                   help="which cells: full (the default), quick, or smoke (tiny shapes, a self-check)")
+    p.add_argument("--cells", default=None, metavar="REGEX",
+                   help="only the cells whose label matches, e.g. 'adaptive.*-> 4'")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated subset of {','.join(MODES)}")
+    p.add_argument("--sides", default=",".join(SIDE_NAMES),
+                   help=f"comma-separated subset of {','.join(SIDE_NAMES)}")
+    p.add_argument("--reps", type=int, default=None,
+                   help="samples per side and cell (default 15, quick 5)")
+    p.add_argument("--min-sample-ms", type=float, default=None,
+                   help="each sample repeats the call to last at least this long (default 20, quick 5)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the cores this process may use)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench-results", metavar="DIR",
+                   help="folder for results.md, results.json and chart.png (default bench-results)")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="also put the table and chart between the bench markers of FILE "
+                   "(appended if it has none), e.g. BENCHMARKS.md")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    args.grid = args.grid or ("quick" if args.quick else "full")
+    small = args.quick or args.grid == "smoke"
+    if args.reps is None:
+        args.reps = 5 if small else 15
+    args.min_sample_ms = args.min_sample_ms if args.min_sample_ms is not None else (5 if small else 20)
+    args.modes = _subset(p, "--modes", args.modes, MODES)
+    args.sides = _subset(p, "--sides", args.sides, SIDE_NAMES)
+    if args.reps < 1:
+        p.error(f"--reps must be >= 1, got {args.reps}")
+    if args.min_sample_ms < 0:
+        p.error(f"--min-sample-ms must be >= 0, got {args.min_sample_ms}")
+    return args
+
+
+def _subset(p, flag, text, allowed):
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in items if s not in allowed]
+    if bad or not items:
+        p.error(f"{flag} takes a comma-separated subset of {','.join(allowed)}, got {text!r}")
+    return tuple(s for s in allowed if s in items)
+
+
+def machine(kind: str, jax_device=None) -> str:
+    """The hardware in words."""
+    from .runner import _cores
+
+    if kind == "gpu":
+        import torch
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else str(jax_device)
+        return f"{name} GPU, {_cores()}-core {platform.machine().replace('_', '-')} host"
+    model = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = " (" + " ".join(line.split(":", 1)[1].split()) + ")"
+                    break
+    return f"{_cores()}-core {platform.machine().replace('_', '-')} CPU{model}"
+
+
+def versions(sides) -> str:
+    from importlib import metadata
+
+    names = {"jax": "jax", "jaxlib": "jaxlib", "torch": "torch", "flax": "flax",
+             "keras": "keras", "equinox": "equinox"}
+    out = [f"Python {platform.python_version()}"]
+    for label, dist in names.items():
+        if label in ("jax", "jaxlib") or label in sides:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                out.append(f"{label} {metadata.version(dist)}")
+    return ", ".join(out)
+
+
+class _Progress:
+    """A rich progress bar over the timing repetitions, or nothing."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            try:
+                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                           TimeElapsedColumn, TimeRemainingColumn)
+            except ImportError:
+                return
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+            self.task = self.bar.add_task("starting", total=total)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+
+    def status(self, text: str):
+        if self.bar:
+            self.bar.update(self.task, description=text)
+
+    def tick(self):
+        if self.bar:
+            self.bar.advance(self.task)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    cases = select(GRIDS[args.grid], args.cells)
+    if not cases:
+        print(f"no cell of the {args.grid} grid matches {args.cells!r}", file=sys.stderr)
+        return 2
+
+    from . import report
+    from .runner import Device, run_case
+    from .sides import missing_reason
+
+    try:
+        device = Device(args.device, args.threads)
+    except RuntimeError as exc:  # JAX has no backend for the device
+        print(f"no {args.device} device: {exc}", file=sys.stderr)
+        return 2
+    sides = {s: missing_reason(s) for s in args.sides}
+    if device.torch_missing and sides.get("torch") is None and "torch" in sides:
+        sides["torch"] = device.torch_missing
+    if sides.get("jaxpool"):
+        print(f"warning: jaxpool cannot run: {sides['jaxpool']}", file=sys.stderr)
+    for s, why in sides.items():
+        if why and s != "jaxpool":
+            print(f"skipping {s}: {why}", file=sys.stderr)
+
+    results = []
+    total = len(cases) * len(args.modes) * args.reps
+    with _Progress(total, not args.no_progress) as progress:
+        for case in cases:
+            results += run_case(case, sides, device, modes=args.modes, reps=args.reps,
+                                min_sample_s=args.min_sample_ms / 1e3, seed=args.seed,
+                                status=progress.status, tick=progress.tick)
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(args.device, device.jax_device),
+        "device": args.device,
+        "torch_threads": device.threads,
+        "versions": versions(args.sides),
+        "command": shlex.join(["python", "-m", "jaxpool.bench", *argv]),
+        "reps": args.reps,
+        "min_sample_ms": args.min_sample_ms,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    chart_file = os.path.join(args.out, "chart.png")
+    report.chart(results, chart_file)
+    report.write_json(results, meta, os.path.join(args.out, "results.json"))
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(report.markdown(results, meta, "chart.png"))
+    if args.markdown:
+        rel = os.path.relpath(chart_file, os.path.dirname(os.path.abspath(args.markdown)))
+        report.splice(args.markdown, report.markdown(results, meta, rel.replace(os.sep, "/")))
+    print(report.markdown(results, meta, None))
+    print(f"wrote {os.path.join(args.out, 'results.md')}, results.json and chart.png"
+          + (f"; updated {args.markdown}" if args.markdown else ""))
+    return 0

@@ -1,0 +1,97 @@
+"""The benchmark tool, run on tiny shapes: it checks before it times, and writes its reports."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from jaxpool.bench import cli, grid, runner, sides  # noqa: E402
+
+
+def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
+    doc = tmp_path / "BENCH.md"
+    doc.write_text("# Prose kept\n\n<!-- jaxpool.bench:begin -->\nold table\n<!-- jaxpool.bench:end -->\n\nTail kept.\n")
+    out = tmp_path / "out"
+    code = cli.main([
+        "--grid", "smoke", "--cells", r"2x3x15x15 -> 4$|excl-pad|global",
+        "--modes", "fwd,grad", "--reps", "2", "--min-sample-ms", "0",
+        "--out", str(out), "--markdown", str(doc), "--no-progress",
+    ])
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    rows = data["results"]
+    assert [(r["cell"], r["mode"]) for r in rows] == [
+        (c, m) for c in ("adaptive 2x3x15x15 -> 4", "avg 2x3x9x9 k3 s2 p1 excl-pad", "global 2x3x5x5")
+        for m in ("fwd", "grad")
+    ]
+    for r in rows:
+        assert r["sides"]["jaxpool"]["status"] == "ok", r
+        assert len(r["sides"]["jaxpool"]["samples_ms"]) == 2
+        assert r["sides"]["torch"]["status"] == "ok"
+        assert r["ratio_floor"] > 0
+    ragged = rows[0]["sides"]
+    if ragged["flax"]["status"] != "missing":
+        assert ragged["flax"]["status"] == "unsupported"
+    if ragged["equinox"]["status"] != "missing":
+        # equinox picks other windows than torch on ragged sizes: never timed as if right
+        assert ragged["equinox"]["status"] == "wrong"
+        assert "median_ms" not in ragged["equinox"]
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = doc.read_text()
+    assert text.startswith("# Prose kept\n") and text.endswith("Tail kept.\n")
+    assert "old table" not in text and "| adaptive 2x3x15x15 -> 4 |" in text
+    assert "](out/chart.png)" in text
+    assert "python -m jaxpool.bench --grid smoke" in text
+
+
+def test_a_wrong_side_is_marked_and_not_timed(monkeypatch):
+    import jax.numpy as jnp
+
+    real = sides.JAX_SIDES["jaxpool"]
+
+    def off_by_a_bit(case):
+        fn, notes = real(case)
+        return (lambda x: fn(x) * jnp.asarray(1.001, x.dtype)), notes
+
+    monkeypatch.setitem(sides.JAX_SIDES, "flax", off_by_a_bit)
+    case = grid.adaptive((2, 3, 10, 10), 3)
+    out = runner.run_case(case, {"jaxpool": None, "torch": None, "flax": None}, runner.Device(),
+                          modes=("fwd", "gradgrad"), reps=2, min_sample_s=0)
+    for r in out:
+        assert r["sides"]["jaxpool"]["status"] == "ok"
+        assert r["sides"]["flax"]["status"] == "wrong"
+        assert "median_ms" not in r["sides"]["flax"]
+        assert r["best_peer"] == "torch"
+
+
+def test_check_tolerance():
+    ref = np.linspace(-1, 1, 24).reshape(2, 3, 2, 2)
+    assert runner.check(ref.astype(np.float32), ref, "float32") is None
+    assert runner.check(ref + 1e-3, ref, "float32") is not None
+    assert runner.check(ref + 1e-3, ref, "bfloat16") is None
+    nan = ref.copy()
+    nan[0, 0, 0, 0] = np.nan
+    assert "non-finite" in runner.check(nan, ref, "float32")
+    assert "shape" in runner.check(ref[:1], ref, "float32")
+
+
+def test_measure_interleaves_and_rotates():
+    calls = []
+    fns = {name: (lambda n=name: calls.append(n)) for name in "abc"}
+    stats = runner.measure(fns, reps=3, min_sample_s=0)
+    assert calls[3:] == list("abc" "bca" "cab")  # after one calibration call each
+    assert all(len(s["samples_ms"]) == 3 for s in stats.values())
+
+
+def test_cell_shapes_follow_torch():
+    for case in grid.FULL + grid.SMOKE:
+        x = torch.zeros(case.shape, dtype=torch.float64)
+        assert tuple(case.torch_op()(x).shape) == case.output_shape, case.label
+
+
+@pytest.mark.parametrize("argv", [["--modes", "fwd,back"], ["--sides", "jaxpool,mxnet"], ["--reps", "0"], ["--min-sample-ms", "-1"]])
+def test_bad_arguments_exit(argv):
+    with pytest.raises(SystemExit):
+        cli.parse_args(argv)
