@@ -29,7 +29,7 @@ def window_sum(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
         return _repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "taps":
         return _taps(x, axis, plan)
-    return _ragged(x, axis, plan)
+    return _matrix(x, axis, plan)
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
@@ -76,8 +76,8 @@ def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     return total
 
 
-def _ragged(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    """Adaptive windows of unequal length, as a product with the 0/1 window matrix.
+def _matrix(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """Any windows (ragged, overlapping, long), as a product with the 0/1 window matrix.
 
     A product alone would turn one inf into NaN across its whole row (``0 * inf``), so the
     values take the product only when every input is finite and otherwise count the NaN,
@@ -86,22 +86,22 @@ def _ragged(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     size. The tangent is the plain product, whose transpose is again a product, so
     derivatives of any order stay scatter-free (``lax.cond`` never gets differentiated).
     """
-    return _ragged_sum(plan, axis)(x)
+    return _matrix_sum(plan, axis)(x)
 
 
-def _ragged_sum(plan: AxisPlan, axis: int):
+def _matrix_sum(plan: AxisPlan, axis: int):
     @jax.custom_jvp
-    def ragged_sum(x):
+    def matrix_sum(x):
         return lax.cond(jnp.all(jnp.isfinite(x)),
                         functools.partial(_window_matmul, axis=axis, plan=plan),
                         functools.partial(_window_matmul_nonfinite, axis=axis, plan=plan), x)
 
-    @ragged_sum.defjvp
-    def ragged_sum_jvp(primals, tangents):
+    @matrix_sum.defjvp
+    def matrix_sum_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return ragged_sum(x), _window_matmul(t, axis, plan)
+        return matrix_sum(x), _window_matmul(t, axis, plan)
 
-    return ragged_sum
+    return matrix_sum
 
 
 def _window_matmul_nonfinite(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:

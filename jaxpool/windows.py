@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 # Per-axis strategies, from cheapest to most general. Every one of them is built from pad,
 # slice, reshape, broadcast, reduce-sum, select and dot, so no derivative contains a scatter.
-STRATEGIES = ("identity", "blocks", "repeat", "taps", "ragged")
+STRATEGIES = ("identity", "blocks", "repeat", "taps", "matrix")
+
+# Beyond this window length, one strided slice per offset makes a program that grows with
+# the window; the window-matrix product does not.
+MAX_TAPS = 8
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ def choose_strategy(plan: AxisPlan) -> str:
     - ``blocks``: windows tile the axis back to back: reshape and sum;
     - ``repeat``: upsampling by an integer factor: broadcast and reshape;
     - ``taps``: equal windows at a fixed stride: one strided slice per window offset;
-    - ``ragged``: adaptive windows of unequal length: a product with the 0/1 window matrix.
+    - ``matrix``: anything else (ragged adaptive windows, long overlapping windows): a
+      product with the 0/1 window matrix.
     """
     if plan.uniform:
         length, stride = plan.lengths[0], plan.stride
@@ -78,10 +83,11 @@ def choose_strategy(plan: AxisPlan) -> str:
             return "identity"
         if length == stride:
             return "blocks"
-        return "taps"
+        if length <= MAX_TAPS:
+            return "taps"
     if is_integer_upsampling(plan):
         return "repeat"
-    return "ragged"
+    return "matrix"
 
 
 def is_integer_upsampling(plan: AxisPlan) -> bool:

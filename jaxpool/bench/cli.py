@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     sides = {s: missing_reason(s) for s in args.sides}
     if device.torch_missing and sides.get("torch") is None and "torch" in sides:
         sides["torch"] = device.torch_missing
+    if args.device == "gpu" and "torch-1t" in sides:
+        sides["torch-1t"] = "CPU threads only"
     if sides.get("jaxpool"):
         print(f"warning: jaxpool cannot run: {sides['jaxpool']}", file=sys.stderr)
     for s, why in sides.items():

@@ -66,7 +66,8 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
         "whose values match torch; **bold** = a target missed (above 1.0x the best peer; "
         f"forward above {FLOOR_TARGET:g}x the floor on a cell over {FLOOR_BYTES / 1e6:g} MB). "
         "`wrong` = values differ from torch (not timed); `n/a` = no equivalent call; "
-        "`raises` = the call fails; `-` = not installed.",
+        "`raises` = the call fails; `-` = not installed. "
+        f"`torch` runs on {meta.get('torch_threads', '?')} threads, `torch-1t` on one.",
         "",
         "| cell | MB | mode | " + " | ".join(sides) + " | jaxpool / best peer | jaxpool / floor |",
         "|---|---:|---|" + "---:|" * len(sides) + "---:|---:|",
@@ -135,7 +136,7 @@ def chart(results: list[dict], path: str) -> None:
     modes = [m for m in MODE_TITLES if any(r["mode"] == m for r in results)]
     cells = list(dict.fromkeys(r["cell"] for r in results))
     sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
-    colors = {"jaxpool": "#d62728", "torch": "#ee8a2a", "flax": "#1f77b4", "keras": "#9467bd",
+    colors = {"jaxpool": "#d62728", "torch": "#ee8a2a", "torch-1t": "#f7c27f", "flax": "#1f77b4", "keras": "#9467bd",
               "equinox": "#2ca02c", "floor": "#7f7f7f"}
     height = 0.8 / max(len(sides), 1)
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 0.55 * len(cells) + 2),

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from .grid import MODES, Case
-from .sides import JAX_SIDES, PEERS, Unsupported
+from .sides import JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
 
 __all__ = ["Device", "check", "measure", "run_case", "summarize"]
 
@@ -38,6 +38,12 @@ class Device:
             self.torch_device = torch.device("cpu")
             torch.set_num_threads(threads or _cores())
         self.threads = torch.get_num_threads()
+
+    def torch_threads(self, side: str) -> int | None:
+        """CPU threads for a torch side; None on the GPU."""
+        if self.kind == "gpu":
+            return None
+        return 1 if side == "torch-1t" else self.threads
 
     def sync_torch(self):
         if self.kind == "gpu":
@@ -68,10 +74,21 @@ def jax_mode(fn, mode: str):
     return jax.grad(lambda x: jnp.sum(jnp.square(grad(x))))
 
 
-def torch_mode(op, t, mode: str, sync=lambda: None) -> Callable[[], object]:
-    """A thunk computing the same quantity as `jax_mode` with torch autograd."""
+def torch_mode(op, t, mode: str, sync=lambda: None, threads: int | None = None) -> Callable[[], object]:
+    """A thunk computing the same quantity as `jax_mode` with torch autograd.
+
+    With `threads`, each call first sets torch's CPU thread count (a cheap call), so
+    that thunks with different counts can be interleaved.
+    """
     import torch
 
+    if threads is not None:
+        inner = torch_mode(op, t, mode, sync)
+
+        def run():
+            torch.set_num_threads(threads)
+            return inner()
+        return run
     if mode == "fwd":
         def run():
             with torch.no_grad():
@@ -210,7 +227,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
     for name, why in sides.items():
         if why is not None:
             built[name] = ("missing", why, None)
-        elif name == "torch":
+        elif name in TORCH_SIDES:
             built[name] = ("ok", None, None)
         else:
             try:
@@ -236,8 +253,8 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                 entry["notes"] = list(info)
             status(f"{case.label} | {mode} | compiling {name}")
             try:
-                if name == "torch":
-                    thunk = torch_mode(op, xt, mode, device.sync_torch)
+                if name in TORCH_SIDES:
+                    thunk = torch_mode(op, xt, mode, device.sync_torch, device.torch_threads(name))
                     entry["compile_s"] = 0.0
                     y = _torch_numpy(case, thunk())
                 else:

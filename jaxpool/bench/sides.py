@@ -15,12 +15,16 @@ import sys
 
 __all__ = ["JAX_SIDES", "PEERS", "SIDE_NAMES", "Unsupported", "missing_reason"]
 
-SIDE_NAMES = ("jaxpool", "torch", "flax", "keras", "equinox", "floor")
+SIDE_NAMES = ("jaxpool", "torch", "torch-1t", "flax", "keras", "equinox", "floor")
 # Sides whose time counts as "the fastest peer": every side but jaxpool and the floor.
-PEERS = ("torch", "flax", "keras", "equinox")
+# "torch" runs with one thread per core, "torch-1t" with one thread: on a loaded
+# machine torch's parallel kernels can be slower than its serial ones.
+PEERS = ("torch", "torch-1t", "flax", "keras", "equinox")
+TORCH_SIDES = ("torch", "torch-1t")
 MODULES = {
     "jaxpool": "jaxpool",
     "torch": "torch",
+    "torch-1t": "torch",
     "flax": "flax.linen",
     "keras": "keras",
     "equinox": "equinox",

@@ -1,0 +1,139 @@
+"""Derivatives of every order, both modes: correct (numerically and against torch), free of
+scatter in the lowered program, and well behaved under jit and vmap."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from jax.test_util import check_grads
+
+import jaxpool
+from strategy_cases import CASES, test_every_strategy_has_a_case  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def _functional(pool, w):
+    """A nonlinear scalar of the pooled output: pooling is linear, so its own higher
+    derivatives are zero and would prove nothing."""
+    return lambda x: jnp.sum(w * jnp.tanh(pool(x)) ** 2)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_check_grads_to_order_3(name, rng):
+    pool, shape = CASES[name]
+    x = jnp.asarray(rng.standard_normal(shape))
+    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
+    check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"))
+
+
+def _derivative_programs(pool, x, w):
+    f = _functional(pool, w)
+    v = jnp.ones_like(x)
+    return {
+        "forward": pool,
+        "vjp": lambda x: jax.vjp(pool, x)[1](pool(x))[0],
+        "jvp": lambda x: jax.jvp(pool, (x,), (v,))[1],
+        "grad": jax.grad(f),
+        "grad2": jax.grad(lambda x: jnp.sum(jax.grad(f)(x) ** 2)),
+        "grad3": jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(jax.grad(f)(y) ** 2))(x) ** 2)),
+        "jacfwd": jax.jacfwd(pool),
+        "hessian": jax.hessian(f),
+        "hvp": lambda x: jax.jvp(jax.grad(f), (x,), (v,))[1],
+        "per-example grad": lambda x: jax.vmap(jax.grad(lambda xi: f(xi[None])))(x),
+    }
+
+
+def _stablehlo_ops(fn, x) -> set[str]:
+    text = jax.jit(fn).lower(x).as_text()
+    return set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", text))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_scatter_at_any_order(name, rng):
+    pool, shape = CASES[name]
+    x = jnp.asarray(rng.standard_normal(shape))
+    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
+    for program, fn in _derivative_programs(pool, x, w).items():
+        ops = _stablehlo_ops(fn, x)
+        banned = {op for op in ops if "scatter" in op or op == "gather"}
+        assert not banned, f"{name}: {program} lowers to {banned}"
+
+
+def test_the_scatter_check_can_fail():
+    """A gather-based pool: its gradient is a scatter, and the check above must see it."""
+    idx = jnp.array([0, 2, 3])
+    ops = _stablehlo_ops(jax.grad(lambda x: jnp.sum(jnp.take(x, idx, axis=-1) ** 2)),
+                         jnp.ones((2, 5)))
+    assert any("scatter" in op for op in ops)
+
+
+@pytest.mark.parametrize("name", ["matrix", "matrix up", "taps", "repeat", "blocks"])
+def test_hessian_vector_product_matches_torch(name, rng):
+    pool, shape = CASES[name]
+    torch_fns = {
+        "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
+        "matrix up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
+        "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
+                                                         count_include_pad=False),
+        "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (8, 9)),
+        "blocks": lambda t: torch.nn.functional.avg_pool2d(t, 2),
+    }
+    x = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
+    f = _functional(pool, jnp.asarray(w))
+    hvp = jax.jvp(jax.grad(f), (jnp.asarray(x),), (jnp.asarray(v),))[1]
+    wt = torch.tensor(w)
+    _, expected = torch.autograd.functional.hvp(
+        lambda t: (wt * torch.tanh(torch_fns[name](t)) ** 2).sum(), torch.tensor(x),
+        torch.tensor(v))
+    np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_vmap_over_unbatched_inputs_equals_the_batched_call(name, rng):
+    pool, shape = CASES[name]
+    if name == "global":
+        pytest.skip("global_avg_pool takes rank 4 only")
+    x = jnp.asarray(rng.standard_normal(shape))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(pool)(x)), np.asarray(pool(x)))
+    grads = jax.vmap(jax.grad(lambda xi: jnp.sum(jnp.sin(pool(xi)))))(x)
+    np.testing.assert_allclose(np.asarray(grads),
+                               np.asarray(jax.grad(lambda a: jnp.sum(jnp.sin(pool(a))))(x)),
+                               rtol=1e-13, atol=1e-14)
+
+
+def test_no_retracing_for_repeated_shapes(rng):
+    traces = []
+
+    @jax.jit
+    def step(x):
+        traces.append(None)
+        return jax.grad(lambda a: jnp.sum(jaxpool.adaptive_avg_pool2d(a, 4) ** 2))(x)
+
+    for _ in range(3):
+        step(jnp.asarray(rng.standard_normal((2, 3, 15, 15)))).block_until_ready()
+    assert len(traces) == 1
+
+
+def _program_size(fn, x) -> int:
+    text = jax.jit(fn).lower(x).as_text()
+    return sum(1 for line in text.splitlines()
+               if re.search(r"= (?:stablehlo|chlo)\.", line) and "constant" not in line)
+
+
+def test_program_size_does_not_grow_with_the_output_size():
+    """Compile time follows program size: 1000x1000 pooled to grids of 37, 334 or 997
+    windows per axis lowers, forward plus gradient, to the same number of operations (and
+    1000 -> 333, whose short windows are regular, to no more)."""
+    x = jax.ShapeDtypeStruct((1, 1, 1000, 1000), jnp.float32)
+
+    def fwd_and_grad(k):
+        return jax.value_and_grad(lambda a: jnp.sum(jaxpool.adaptive_avg_pool2d(a, k) ** 2))
+
+    sizes = {k: _program_size(fwd_and_grad(k), x) for k in (37, 334, 997, 333)}
+    assert sizes[37] == sizes[334] == sizes[997] >= sizes[333], sizes
