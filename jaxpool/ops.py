@@ -21,10 +21,10 @@ def _compute_dtype(dtype):
     return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
 
 
-def _as_array(x):
-    if isinstance(x, jax.Array) or hasattr(x, "aval"):
-        return x
-    return jnp.asarray(x)
+def _static(x):
+    """The input as something with a static ``shape`` and ``dtype``, without converting it
+    (a conversion could change the dtype before the checks see it)."""
+    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
 
 
 def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
@@ -55,10 +55,10 @@ def _divisor(plan: PoolPlan, rank: int, dtype):
 def _avg_pool(ndim: int, name: str):
     def avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None, *, channels_last=False):
-        x = _as_array(x)
+        x = _static(x)
         plan = plan_avg_pool(name, x.shape, x.dtype, ndim, kernel_size, stride, padding,
                              ceil_mode, count_include_pad, divisor_override, channels_last)
-        return _run(plan, x)
+        return _run(plan, jnp.asarray(x))
 
     avg_pool.__name__ = avg_pool.__qualname__ = name
     return avg_pool
@@ -66,9 +66,9 @@ def _avg_pool(ndim: int, name: str):
 
 def _adaptive_avg_pool(ndim: int, name: str):
     def adaptive_avg_pool(x, output_size, *, channels_last=False):
-        x = _as_array(x)
+        x = _static(x)
         plan = plan_adaptive(name, x.shape, x.dtype, ndim, output_size, channels_last)
-        return _run(plan, x)
+        return _run(plan, jnp.asarray(x))
 
     adaptive_avg_pool.__name__ = adaptive_avg_pool.__qualname__ = name
     return adaptive_avg_pool
@@ -117,8 +117,9 @@ adaptive_avg_pool = adaptive_avg_pool2d
 def global_avg_pool(x, *, channels_last=False):
     """Mean over the spatial axes: ``[B, C, H, W] -> [B, C]`` (``[B, H, W, C] -> [B, C]``
     with ``channels_last=True``). Rank 4 only. Half precision accumulates in float32."""
-    x = _as_array(x)
+    x = _static(x)
     plan = plan_global("global_avg_pool", x.shape, x.dtype, channels_last)
+    x = jnp.asarray(x)
     dtype = x.dtype
     total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
     count = plan.axes[0].in_size * plan.axes[1].in_size
