@@ -30,15 +30,12 @@ def _static(x):
 def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = x.astype(_compute_dtype(dtype))
-    for axis, axis_plan in sorted(zip(plan.spatial_axes, plan.axes),
-                                  key=lambda item: _order_key(*item)):
-        y = _axis.window_sum(y, axis, axis_plan)
+    if plan.joint:
+        y = _axis.joint_window_sum(y, plan.spatial_axes, plan.axes)
+    else:
+        for i in plan.axis_order:
+            y = _axis.window_sum(y, plan.spatial_axes[i], plan.axes[i])
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
-
-
-def _order_key(axis: int, axis_plan) -> tuple:
-    # Shrink first: the axis that reduces the data most runs first, so later axes see less.
-    return (axis_plan.out_size / axis_plan.in_size, -axis)
 
 
 def _divisor(plan: PoolPlan, rank: int, dtype):

@@ -71,11 +71,13 @@ def test_the_scatter_check_can_fail():
     assert any("scatter" in op for op in ops)
 
 
-@pytest.mark.parametrize("name", ["matrix", "matrix up", "taps", "repeat", "blocks"])
+@pytest.mark.parametrize("name", ["matrix", "joint matrix", "matrix up", "taps", "repeat",
+                                  "blocks"])
 def test_hessian_vector_product_matches_torch(name, rng):
     pool, shape = CASES[name]
     torch_fns = {
-        "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
+        "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (7, 11)),
+        "joint matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
         "matrix up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
         "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
                                                          count_include_pad=False),

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+import jaxpool
+
 from strategy_cases import CASES
 
 TORCH = {
@@ -14,7 +16,8 @@ TORCH = {
     "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (8, 9)),
     "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
                                                      count_include_pad=False),
-    "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
+    "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (7, 11)),
+    "joint matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
     "matrix up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
     "global": lambda t: t.mean(dim=(2, 3)),
     "1d taps": lambda t: torch.nn.functional.avg_pool1d(t, 3, 1, 1),
@@ -42,6 +45,16 @@ def test_non_finite_values_stay_in_their_windows(name, values, rng):
     _same_pattern(np.asarray(jax.jit(pool)(jnp.asarray(x))), expected)
     # vmap turns the finite/non-finite branch into a select: still exact.
     _same_pattern(np.asarray(jax.vmap(pool)(jnp.asarray(x[:, None]))[:, 0]), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_non_finite_in_windows_too_long_for_the_coded_count(dtype, rng, x64):
+    """Windows of 3001 elements: the matrix path counts infinities in two planes."""
+    x = rng.standard_normal((1, 2, 6001)).astype(dtype)
+    x[0, 0, [10, 3000]] = [np.inf, -np.inf]
+    x[0, 1, 5000] = np.nan
+    expected = torch.nn.functional.adaptive_avg_pool1d(torch.tensor(x), 2).numpy()
+    _same_pattern(np.asarray(jax.jit(lambda a: jaxpool.adaptive_avg_pool1d(a, 2))(x)), expected)
 
 
 def test_the_pattern_check_can_fail():

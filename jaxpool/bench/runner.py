@@ -217,7 +217,8 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
 
     x32 = make_input(case, seed)
     xj = jax.device_put(jnp.asarray(_layout(case, x32), dtype=case.dtype), device.jax_device)
-    xt = torch.from_numpy(x32).to(device.torch_device, _torch_dtype(case.dtype))
+    where = "cpu" if device.torch_missing else device.torch_device
+    xt = torch.from_numpy(x32).to(where, _torch_dtype(case.dtype))
     if case.channels_last:
         xt = xt.contiguous(memory_format=torch.channels_last)
     x64 = torch.from_numpy(x32.astype(np.float64))
