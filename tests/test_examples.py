@@ -1,0 +1,81 @@
+"""Each example runs end to end in a tiny configuration and reports what it should.
+
+The examples run as users run them: as scripts in a subprocess (`sys.executable`), writing
+their outputs to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py")
+
+
+def run(script: str, *args: str, out: Path | None = None, env_extra: dict | None = None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["JAX_PLATFORMS"] = "cpu"
+    env.update(env_extra or {})
+    cmd = [sys.executable, str(EXAMPLES / script), *args]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def metrics(out: Path, name: str) -> dict:
+    return json.loads((out / name).read_text())
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help(script):
+    proc = run(script, "--help")
+    assert "usage:" in proc.stdout and "--out" in proc.stdout
+
+
+def test_classifier(tmp_path):
+    proc = run("classifier.py", "--steps", "80", "--train-size", "512", "--test-size", "256",
+               "--batch-size", "32", out=tmp_path)
+    m = metrics(tmp_path, "classifier_metrics.json")
+    assert m["catalog_ok"]
+    for name, count in (("A", 618), ("B", 645), ("C", 224), ("D", 45), ("E", 618), ("F", 444)):
+        assert f"Network {name}: " in proc.stdout and f", {count} params (catalog:" in proc.stdout
+    assert "Total Parameters" in proc.stdout  # nn.tabulate's table
+    assert "test accuracy after 80 steps" in proc.stdout
+    assert m["test_accuracy"] > 0.2  # ten classes: chance is 0.1
+
+
+def test_wgan_gp(tmp_path):
+    proc = run("wgan_gp.py", "--steps", "3", "--n-critic", "1", "--batch-size", "8",
+               "--check-torch", out=tmp_path)
+    m = metrics(tmp_path, "wgan_gp_metrics.json")
+    assert m["bitwise_identical"] and "bitwise identical" in proc.stdout
+    assert m["torch_ok"] and m["torch_worst_abs_err"] < 1e-12
+    assert "worst abs error" in proc.stdout
+    for png in ("wgan_gp_samples.png", "wgan_gp_losses.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_per_example_grads(tmp_path):
+    proc = run("per_example_grads.py", "--batch-size", "4", "--repeats", "2", out=tmp_path)
+    m = metrics(tmp_path, "per_example_grads_metrics.json")
+    assert m["agree"] and m["max_rel_err"] < 1e-5
+    assert m["speedup"] > 0 and "speedup of vmap over the loop" in proc.stdout
+
+
+def test_sharded_training(tmp_path):
+    # The collective check of the same script is tests/test_sharding.py's.
+    proc = run("sharded.py", "--steps", "3", "--batch-size", "16", "--no-collective-check",
+               out=tmp_path, env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    m = metrics(tmp_path, "sharded_metrics.json")
+    assert m["devices"] == 8 and "sharded as P('data',)" in proc.stdout
+    assert m["train"]["first_step_param_diff"] < 1e-5 and m["train"]["max_loss_diff"] < 1e-4
