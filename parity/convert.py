@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-__all__ = ["to_torch", "to_jax", "to_numpy", "x64", "TORCH_DTYPES"]
+__all__ = ["to_torch", "to_jax", "to_numpy", "numpy_dtype", "x64", "TORCH_DTYPES"]
 
 # NumPy dtype -> torch dtype, for the dtypes parity moves across.
 TORCH_DTYPES = {
@@ -36,11 +36,21 @@ TORCH_DTYPES = {
 _NUMPY_DTYPES = {v: k for k, v in TORCH_DTYPES.items()}
 
 
+def numpy_dtype(torch_dtype: torch.dtype) -> np.dtype:
+    """NumPy dtype matching a torch dtype (bfloat16 -> ml_dtypes.bfloat16)."""
+    if torch_dtype not in _NUMPY_DTYPES:
+        raise TypeError(f"no NumPy dtype for torch dtype {torch_dtype}")
+    return _NUMPY_DTYPES[torch_dtype]
+
+
 def x64():
     """Context manager under which JAX keeps 64-bit dtypes (a no-op if already on)."""
     if jax.config.jax_enable_x64:
         return contextlib.nullcontext()
-    return jax.enable_x64(True)
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # older jax keeps it in jax.experimental
+        from jax.experimental import enable_x64 as enable
+    return enable(True)
 
 
 def to_numpy(x) -> np.ndarray:

@@ -1,0 +1,415 @@
+"""The pooling suite: every jaxpool op against its torch.nn.functional counterpart.
+
+A ``Case`` is one op with one set of arguments on one input (shape, dtype, layout); the
+grid of cases is ``quick_cases()`` or ``full_cases()``. ``ErrorCase`` lists argument sets
+on which torch and jaxpool must both raise. ``run_case`` turns either into a ``CaseResult``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+import zlib
+from typing import Any, Callable, Iterable
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .compare import Call, Report, compare, compare_errors
+
+__all__ = [
+    "OPS",
+    "DTYPES",
+    "Case",
+    "ErrorCase",
+    "CaseResult",
+    "quick_cases",
+    "full_cases",
+    "error_cases",
+    "run_case",
+    "torch_counterpart",
+    "jax_counterpart",
+]
+
+DTYPES = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
+
+# op name -> (number of spatial dims, kind)
+OPS = {
+    "avg_pool1d": (1, "avg"),
+    "avg_pool2d": (2, "avg"),
+    "avg_pool3d": (3, "avg"),
+    "adaptive_avg_pool1d": (1, "adaptive"),
+    "adaptive_avg_pool2d": (2, "adaptive"),
+    "adaptive_avg_pool3d": (3, "adaptive"),
+    "global_avg_pool": (2, "global"),
+}
+
+_TORCH_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+_TORCH_ADAPTIVE = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+
+
+def _pair1d(v):
+    return (1, v[0] if isinstance(v, (tuple, list)) else v)
+
+
+def _torch_avg(ndim: int, kwargs: dict) -> Callable:
+    if ndim == 1 and kwargs.get("divisor_override") is not None:
+        # torch's avg_pool1d has no divisor_override: pool a [.., 1, L] view in 2d.
+        kw = dict(kwargs)
+        kw["kernel_size"] = _pair1d(kw["kernel_size"])
+        if kw.get("stride") is not None:
+            kw["stride"] = _pair1d(kw["stride"])
+        kw["padding"] = (0, _pair1d(kw.get("padding", 0))[1])
+        return lambda x: F.avg_pool2d(x.unsqueeze(-2), **kw).squeeze(-2)
+    kw = dict(kwargs)
+    if ndim == 1:
+        kw.pop("divisor_override", None)
+    return lambda x: _TORCH_AVG[ndim](x, **kw)
+
+
+def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
+    """The torch function that ``jaxpool.<op>(x, **kwargs)`` must match (same layout as x)."""
+    ndim, kind = OPS[op]
+    if kind == "avg":
+        fn = _torch_avg(ndim, kwargs)
+    elif kind == "adaptive":
+        fn = lambda x: _TORCH_ADAPTIVE[ndim](x, **kwargs)  # noqa: E731
+    else:
+        if channels_last:
+            return lambda x: x.mean(dim=(1, 2))
+        return lambda x: x.mean(dim=(2, 3))
+    if not channels_last:
+        return fn
+
+    def channels_last_fn(x):
+        # torch pools channels-first: move the channel axis there and back.
+        c = x.ndim - ndim - 1
+        return fn(x.movedim(-1, c)).movedim(c, -1)
+
+    return channels_last_fn
+
+
+def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
+    import jaxpool
+
+    fn = getattr(jaxpool, op)
+    return lambda x: fn(x, **kwargs, channels_last=channels_last)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One op, one argument set, one input: ``shape`` is channels-first (torch's layout)."""
+
+    op: str
+    shape: tuple[int, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    dtype: str = "float64"
+    channels_last: bool = False
+    orders: int = 3
+    special: str = ""  # "nonfinite": inf, -inf and nan planted in the input (values only)
+
+    @property
+    def ndim(self) -> int:
+        return OPS[self.op][0]
+
+    @property
+    def layout(self) -> str:
+        return "last" if self.channels_last else "first"
+
+    @property
+    def label(self) -> str:
+        """Arguments and input shape, e.g. ``[2,3,7,9] k=3 s=2 p=1 ceil``."""
+        short = {"kernel_size": "k", "stride": "s", "padding": "p", "output_size": "out",
+                 "divisor_override": "div"}
+        parts = ["[" + ",".join(map(str, self.shape)) + "]"]
+        for k, v in self.kwargs:
+            if k == "ceil_mode":
+                parts.append("ceil" if v else "floor")
+            elif k == "count_include_pad":
+                parts.append("pad-counted" if v else "pad-excluded")
+            else:
+                v = "x".join("-" if e is None else str(e) for e in v) if isinstance(v, tuple) else v
+                parts.append(f"{short.get(k, k)}={v}")
+        if self.special:
+            parts.append(self.special)
+        return " ".join(parts)
+
+    @property
+    def key(self) -> str:
+        return f"{self.op} {self.label} {self.dtype} {self.layout}"
+
+    @property
+    def seed(self) -> int:
+        return zlib.crc32(self.key.encode())
+
+    def inputs(self) -> np.ndarray:
+        """Input array in the case's layout and dtype: drawn in the channels-first shape
+        (from a seed fixed by the case), then transposed for channels-last."""
+        rng = np.random.default_rng(self.seed)
+        x = rng.standard_normal(self.shape)
+        if self.special == "nonfinite":
+            flat = x.reshape(-1)
+            idx = rng.choice(flat.size, size=min(3, flat.size), replace=False)
+            flat[idx] = [np.inf, -np.inf, np.nan][: len(idx)]
+        if self.channels_last:
+            x = np.moveaxis(x, len(self.shape) - self.ndim - 1, -1)
+        return np.ascontiguousarray(x.astype(DTYPES[self.dtype]))
+
+    def functions(self) -> tuple[Callable, Callable]:
+        kw = dict(self.kwargs)
+        return (jax_counterpart(self.op, kw, self.channels_last),
+                torch_counterpart(self.op, kw, self.channels_last))
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorCase:
+    """Argument sets for ``op`` on which torch and jaxpool must both raise."""
+
+    op: str
+    calls: tuple[tuple[str, tuple, tuple[tuple[str, Any], ...]], ...]  # (label, args, kwargs)
+
+    dtype = "-"
+    layout = "-"
+    orders = 0
+
+    @property
+    def label(self) -> str:
+        return f"raises on bad arguments ({len(self.calls)} sets)"
+
+    @property
+    def key(self) -> str:
+        return f"{self.op} errors"
+
+
+@dataclasses.dataclass
+class CaseResult:
+    case: Case | ErrorCase
+    report: Report
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+
+def run_case(case: Case | ErrorCase) -> CaseResult:
+    """Run one case (``compare`` or ``compare_errors``) and time it."""
+    t0 = time.perf_counter()
+    if isinstance(case, ErrorCase):
+        import jaxpool
+
+        ndim, kind = OPS[case.op]
+        calls = [Call(*args, label=label, **dict(kw)) for label, args, kw in case.calls]
+        if kind == "avg":
+            def torch_fn(x, *args, **kw):
+                names = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                         "divisor_override"]
+                kw.update(zip(names, args))
+                return torch_counterpart(case.op, kw)(x)
+        elif kind == "adaptive":
+            torch_fn = _TORCH_ADAPTIVE[ndim]
+        else:
+            torch_fn = torch_counterpart(case.op, {})
+        report = compare_errors(getattr(jaxpool, case.op), torch_fn, calls)
+    else:
+        jax_fn, torch_fn = case.functions()
+        report = compare(jax_fn, torch_fn, case.inputs(), orders=case.orders, seed=case.seed,
+                         label=case.key)
+    report.label = case.key
+    return CaseResult(case, report, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- the grids
+
+# One representative argument set per op; it runs in every dtype and both layouts.
+# Chosen to hit the hard parts: ragged/overlapping windows, padding, ceil_mode's extra window.
+_MAIN = {
+    "avg_pool1d": ((2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                     count_include_pad=False)),
+    "avg_pool2d": ((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
+                                       ceil_mode=True, count_include_pad=False)),
+    "avg_pool3d": ((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    "adaptive_avg_pool1d": ((2, 3, 11), dict(output_size=4)),
+    "adaptive_avg_pool2d": ((2, 3, 7, 9), dict(output_size=(4, 5))),
+    "adaptive_avg_pool3d": ((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2))),
+    "global_avg_pool": ((2, 3, 5, 7), dict()),
+}
+
+# More argument sets for the quick grid, in float64 and channels-first (dtype and layout are
+# orthogonal to the arguments and covered by _MAIN; the full grid crosses everything).
+_EXTRA = {
+    "avg_pool1d": [
+        ((2, 3, 10), dict(kernel_size=4)),
+        ((3, 9), dict(kernel_size=3, stride=1, padding=1)),  # unbatched, count_include_pad
+        ((2, 2, 10), dict(kernel_size=3, stride=2, divisor_override=2)),
+    ],
+    "avg_pool2d": [
+        ((2, 3, 8, 8), dict(kernel_size=2)),
+        ((3, 7, 6), dict(kernel_size=3, stride=1, padding=1)),  # unbatched
+        ((1, 2, 9, 7), dict(kernel_size=(3, 3), stride=(3, 2), padding=1, divisor_override=5)),
+        ((1, 2, 6, 6), dict(kernel_size=(6, 1), stride=(1, 2))),  # window = whole extent
+    ],
+    "avg_pool3d": [
+        ((1, 2, 4, 5, 6), dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(1, 1, 0),
+                               count_include_pad=False)),
+        ((2, 4, 4, 5), dict(kernel_size=2, divisor_override=3)),  # unbatched
+    ],
+    "adaptive_avg_pool1d": [
+        ((2, 3, 4), dict(output_size=7)),  # upsampling: windows repeat elements
+        ((3, 12), dict(output_size=4)),  # exact division, unbatched
+    ],
+    "adaptive_avg_pool2d": [
+        ((2, 2, 4, 5), dict(output_size=(7, 3))),  # up on one axis, ragged on the other
+        ((2, 3, 8, 6), dict(output_size=(None, 4))),
+        ((3, 5, 5), dict(output_size=1)),  # unbatched, global
+    ],
+    "adaptive_avg_pool3d": [
+        ((1, 2, 3, 4, 5), dict(output_size=(5, None, 2))),
+        ((2, 4, 6, 3), dict(output_size=(2, 3, 3))),  # unbatched
+    ],
+    "global_avg_pool": [
+        ((1, 4, 1, 1), dict()),
+        ((3, 2, 6, 1), dict()),
+    ],
+}
+
+_NONFINITE = {
+    "avg_pool2d": ((1, 2, 6, 7), dict(kernel_size=3, stride=2, padding=1)),
+    "adaptive_avg_pool2d": ((1, 2, 6, 7), dict(output_size=(4, 3))),
+    "adaptive_avg_pool1d": ((2, 2, 9), dict(output_size=5)),
+}
+
+
+def _kw(d: dict) -> tuple:
+    return tuple(d.items())
+
+
+def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = None) -> list:
+    """The default grid: every op in every dtype and layout, plus argument variants in float64."""
+    ops = list(ops or OPS)
+    dtypes = list(dtypes or DTYPES)
+    cases: list = []
+    for op in ops:
+        shape, kw = _MAIN[op]
+        for dtype, cl in itertools.product(dtypes, (False, True)):
+            cases.append(Case(op, shape, _kw(kw), dtype, cl))
+        if "float64" in dtypes:
+            for shape, kw in _EXTRA[op]:
+                cases.append(Case(op, shape, _kw(kw), "float64"))
+        if op in _NONFINITE and "float64" in dtypes:
+            shape, kw = _NONFINITE[op]
+            cases.append(Case(op, shape, _kw(kw), "float64", orders=0, special="nonfinite"))
+        cases.append(error_cases(op))
+    return cases
+
+
+def _full_avg(ndim: int) -> list:
+    shapes = {1: [(2, 3, 9), (3, 16)],
+              2: [(2, 2, 7, 9), (3, 10, 8)],
+              3: [(1, 2, 5, 6, 7), (1, 8, 5, 6)]}[ndim]
+    out = []
+    for shape in shapes:
+        for k, s, p in [(1, None, 0), (2, None, 0), (3, 1, 1), (3, 2, 1), (4, 3, 2), (5, 2, 2)]:
+            if k > min(shape[-ndim:]) + 2 * p:
+                continue
+            for ceil, cip, div in [(False, True, None), (True, False, None), (True, True, None),
+                                   (False, False, 3)]:
+                out.append((shape, dict(kernel_size=k, stride=s, padding=p, ceil_mode=ceil,
+                                        count_include_pad=cip, divisor_override=div)))
+    return out
+
+
+def _full_adaptive(ndim: int) -> list:
+    shapes = {1: [(2, 3, 9), (1, 2, 16), (3, 5)],
+              2: [(2, 2, 7, 9), (1, 3, 10, 8), (2, 5, 6)],
+              3: [(1, 2, 5, 6, 7), (1, 1, 8, 4, 6), (2, 5, 4, 5)]}[ndim]
+    out = []
+    for shape in shapes:
+        spatial = shape[-ndim:]
+        # torch's adaptive_avg_pool1d takes no None; 2d/3d do.
+        for mode in ("one", "down", "ragged", "same", "up") + (("none",) if ndim > 1 else ()):
+            size = []
+            for i, n in enumerate(spatial):
+                size.append({"one": 1, "down": max(1, n // 2), "ragged": max(1, n - 2 - i),
+                             "same": n, "up": n + 3 + i, "none": None if i == 0 else 2}[mode])
+            out.append((shape, dict(output_size=tuple(size) if ndim > 1 else size[0])))
+    return out
+
+
+def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = None) -> list:
+    """Every argument set of the grid in every requested dtype (and both layouts in float64)."""
+    ops = list(ops or OPS)
+    dtypes = list(dtypes or DTYPES)
+    cases: list = []
+    for op in ops:
+        ndim, kind = OPS[op]
+        if kind == "avg":
+            variants = _full_avg(ndim)
+        elif kind == "adaptive":
+            variants = _full_adaptive(ndim)
+        else:
+            variants = [((2, 3, 5, 7), {}), ((1, 4, 1, 1), {}), ((3, 2, 6, 1), {}),
+                        ((2, 2, 9, 8), {})]
+        variants = [(_MAIN[op][0], _MAIN[op][1])] + variants + _EXTRA[op]
+        for i, (shape, kw) in enumerate(variants):
+            for dtype in dtypes:
+                # channels-last is a transpose around the same computation: every argument
+                # set gets it in float64, the main one in every dtype.
+                for cl in (False, True) if (i == 0 or dtype == "float64") else (False,):
+                    cases.append(Case(op, shape, _kw(kw), dtype, cl))
+        if op in _NONFINITE:
+            shape, kw = _NONFINITE[op]
+            for dtype in dtypes:
+                cases.append(Case(op, shape, _kw(kw), dtype, orders=0, special="nonfinite"))
+        cases.append(error_cases(op))
+    return cases
+
+
+def error_cases(op: str) -> ErrorCase:
+    """Bad arguments on which both torch and jaxpool raise.
+
+    Left out on purpose, because the two differ by design: stride=0 (jaxpool reads it as
+    kernel_size, torch raises) and output_size 0 (jaxpool raises, torch returns an empty
+    array); integer input to avg_pool1d/2d/3d in int64 (torch averages it, jaxpool raises).
+    """
+    ndim, kind = OPS[op]
+    rng = np.random.default_rng(zlib.crc32(op.encode()))
+    spatial = (5,) * ndim
+    x = rng.standard_normal((2, 3) + spatial)
+    calls = []
+    if kind == "avg":
+        calls += [
+            ("kernel larger than input", (x, 7), {}),
+            ("padding > kernel//2", (x, 3), {"padding": 2}),
+            ("wrong rank", (x[0, 0] if ndim > 1 else x[0, 0, :],), {"kernel_size": 2}),
+            ("rank too high", (x[None],), {"kernel_size": 2}),
+            ("int32 input", (x.astype(np.int32), 2), {}),
+            ("bool input", (x > 0, 2), {}),
+            ("negative padding", (x, 3), {"padding": -1}),
+        ]
+        calls.append(("divisor_override=0", (x, 2), {"divisor_override": 0}))
+        if ndim > 1:
+            calls.append(("wrong-length kernel_size", (x, (2,) * (ndim + 1)), {}))
+    elif kind == "adaptive":
+        calls += [
+            ("negative output_size", (x, -1), {}),
+            ("wrong rank", (x[0, 0] if ndim > 1 else x[0, 0, :], 2), {}),
+            ("rank too high", (x[None], 2), {}),
+            ("int64 input", (x.astype(np.int64), 2), {}),
+        ]
+        if ndim > 1:
+            calls.append(("wrong-length output_size", (x, (2,) * (ndim + 1)), {}))
+    else:
+        calls += [
+            ("rank 3", (x[0],), {}),
+            ("int64 input", (x.astype(np.int64),), {}),
+        ]
+    return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))

@@ -1,0 +1,167 @@
+"""The pooling suite, its report and the ``python -m parity`` command."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from rich.console import Console
+
+import jaxpool
+import parity
+from parity import report as report_mod
+from parity import suite
+from parity.__main__ import main
+
+
+def _case(op, dtype="float64", channels_last=False):
+    shape, kw = suite._MAIN[op]
+    return suite.Case(op, shape, tuple(kw.items()), dtype, channels_last)
+
+
+def test_quick_grid_covers_every_op_dtype_and_layout():
+    cases = suite.quick_cases()
+    keys = [c.key for c in cases]
+    assert len(keys) == len(set(keys))
+    for op in suite.OPS:
+        combos = {(c.dtype, c.layout) for c in cases if isinstance(c, suite.Case) and c.op == op}
+        assert combos >= {(d, lay) for d in suite.DTYPES for lay in ("first", "last")}, op
+        assert any(isinstance(c, suite.ErrorCase) and c.op == op for c in cases)
+        assert all(c.orders == 3 for c in cases if isinstance(c, suite.Case) and c.op == op
+                   and not c.special)
+    full = suite.full_cases()
+    assert len(full) > 3 * len(cases) and {c.key for c in cases} - {c.key for c in full} <= {
+        c.key for c in cases if isinstance(c, suite.Case) and c.dtype == "float64"}
+
+
+def test_grid_filters():
+    cases = suite.quick_cases(["adaptive_avg_pool2d"], ["float16"])
+    assert {c.op for c in cases} == {"adaptive_avg_pool2d"}
+    assert {c.dtype for c in cases} == {"float16", "-"}
+
+
+def test_case_inputs_follow_layout_and_dtype_and_are_reproducible():
+    first, last = _case("avg_pool2d"), _case("avg_pool2d", "bfloat16", channels_last=True)
+    assert first.inputs().shape == (2, 3, 7, 9) and last.inputs().shape == (2, 7, 9, 3)
+    assert last.inputs().dtype == suite.DTYPES["bfloat16"]
+    assert np.array_equal(first.inputs(), first.inputs())  # seeded by the case
+    assert not np.array_equal(first.inputs(), _case("avg_pool2d", "float32").inputs())
+
+
+@pytest.mark.parametrize("op", ["avg_pool1d", "adaptive_avg_pool3d", "global_avg_pool"])
+def test_suite_cases_pass(op):
+    for case in (_case(op, "float32", channels_last=True), _case(op, "bfloat16"),
+                 suite.error_cases(op)):
+        res = suite.run_case(case)
+        assert res.ok, res.report
+
+
+def test_avg_pool1d_divisor_override_goes_through_avg_pool2d():
+    case = suite.Case("avg_pool1d", (2, 3, 10), (("kernel_size", 3), ("stride", 2),
+                                                  ("divisor_override", 2)), orders=1)
+    assert suite.run_case(case).ok
+
+
+def _broken_adaptive_avg_pool1d(x, output_size, *, channels_last=False):
+    # Plain pooling with kernel ceil(n/k): right only where k divides n.
+    n = x.shape[-2 if channels_last else -1]
+    k = -(-n // output_size)
+    return jaxpool.avg_pool1d(x, k, max(1, (n - k) // max(output_size - 1, 1)),
+                              channels_last=channels_last)
+
+
+_global_avg_pool = jaxpool.global_avg_pool
+
+
+@jax.custom_vjp
+def _wrong_vjp_global(x):
+    return _global_avg_pool(x)
+
+
+_wrong_vjp_global.defvjp(
+    lambda x: (_global_avg_pool(x), x.shape),
+    lambda shape, g: (2.0 * jax.numpy.broadcast_to(g[..., None, None], shape) / (shape[-1] * shape[-2]),),
+)
+
+
+def test_suite_catches_planted_jaxpool_bugs(monkeypatch):
+    case = suite.Case("adaptive_avg_pool1d", (2, 3, 11), (("output_size", 4),), orders=1)
+    assert suite.run_case(case).ok
+    monkeypatch.setattr(jaxpool, "adaptive_avg_pool1d", _broken_adaptive_avg_pool1d)
+    res = suite.run_case(case)
+    assert not res.ok and res.report.first_failing_order == 0
+
+    case = _case("global_avg_pool")
+    monkeypatch.setattr(jaxpool, "global_avg_pool",
+                        lambda x, channels_last=False: _wrong_vjp_global(x))
+    res = suite.run_case(case)
+    assert not res.ok and res.report.first_failing_order == 1
+
+
+def test_report_formats():
+    results = [suite.run_case(_case("global_avg_pool")),
+               suite.run_case(suite.error_cases("global_avg_pool"))]
+    console = Console(record=True, width=200)
+    report_mod.render_table(results, console, seconds=1.0)
+    text = console.export_text()
+    assert "global_avg_pool" in text and "order 3" in text and text.rstrip().endswith("in 1 s")
+    assert "PASS: 2 cases" in text
+
+    doc = json.loads(report_mod.to_json(results, 1.0))
+    assert doc["summary"]["ok"] is True and doc["summary"]["cases"] == 2
+    assert doc["cases"][0]["rows"][0]["name"] == "value"
+    assert doc["environment"]["jaxpool"] == jaxpool.__version__
+
+    md = report_mod.to_markdown(results, 1.0)
+    assert "| op | case | dtype | layout | order 0 | order 1 | order 2 | order 3 | result |" in md
+    assert "**PASS" in md
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    code = main(["--op", "global_avg_pool", "--dtype", "float64", "--layout", "first",
+                 "--no-progress", "--json", str(js), "--markdown", str(md)])
+    assert code == 0
+    assert json.loads(js.read_text())["summary"]["ok"] is True
+    assert md.read_text().startswith("# parity")
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_cli_exit_status_is_1_on_failure(monkeypatch, capsys):
+    monkeypatch.setattr(jaxpool, "global_avg_pool",
+                        lambda x, channels_last=False: _wrong_vjp_global(x))
+    code = main(["--op", "global_avg_pool", "--dtype", "float64", "--layout", "first",
+                 "--orders", "1", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL" in out and "vjp" in out
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    for argv in (["--op", "max_pool2d"], ["--dtype", "float8"], ["--quick", "--full"],
+                 ["--orders", "-1"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+    main(["--list", "--op", "avg_pool3d"])
+    listed = capsys.readouterr().out.splitlines()
+    assert listed and all(line.startswith("avg_pool3d") for line in listed)
+
+
+def test_python_dash_m_parity_runs():
+    proc = subprocess.run(
+        [sys.executable, "-m", "parity", "--op", "adaptive_avg_pool2d", "--dtype", "float16",
+         "--layout", "last", "--no-progress"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "adaptive_avg_pool2d" in proc.stdout and "PASS" in proc.stdout
+
+
+@pytest.mark.slow
+def test_quick_suite_passes():
+    assert main(["--no-progress"]) == 0
+
+
+def test_generic_compare_is_exported():
+    assert {"compare", "assert_parity", "compare_errors", "to_torch", "to_jax"} <= set(parity.__all__)
