@@ -15,7 +15,6 @@ from typing import Any, Callable, Iterable
 
 import ml_dtypes
 import numpy as np
-import torch
 import torch.nn.functional as F
 
 from .compare import Call, Report, compare, compare_errors
