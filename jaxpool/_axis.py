@@ -21,16 +21,47 @@ from jaxpool.windows import AxisPlan
 
 def window_sum(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     """Sum the windows of ``plan`` along ``axis``: extent ``plan.in_size`` -> ``plan.out_size``."""
-    strategy = plan.strategy
+    innermost = axis == x.ndim - 1
+    strategy = plan.strategy(innermost)
     if strategy == "identity":
         return x
-    if strategy == "blocks":
-        return _blocks(x, axis, plan)
     if strategy == "repeat":
         return _repeat(x, axis, plan.out_size // plan.in_size)
-    if strategy == "taps":
-        return _taps(x, axis, plan)
-    return _matrix(x, axis, plan)
+    if strategy == "matrix":
+        return _matrix(x, axis, plan)
+    exact = {"sums": _sums, "blocks": _blocks, "taps": _taps}[strategy]
+    if plan.tangent_by_matrix(innermost):
+        return _with_matrix_tangent(exact, axis, plan)(x)
+    return exact(x, axis, plan)
+
+
+def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """Each window's sum written out from single-element slices (exact: a NaN or inf reaches
+    only the windows that hold it). Padding holds zeros, so it is skipped, not built."""
+    rows = [lax.slice_in_dim(x, r, r + 1, axis=axis) for r in range(plan.in_size)]
+    windows = []
+    for i in range(plan.out_size):
+        members = [rows[r] for r in plan.real_rows(i)]
+        windows.append(functools.reduce(jnp.add, members))
+    return jnp.concatenate(windows, axis=axis)
+
+
+def _with_matrix_tangent(exact, axis: int, plan: AxisPlan):
+    """Values from ``exact``; derivatives from the equal linear map written as a product
+    with the window matrix, which JAX transposes into another product (the slices' own
+    transpose would be one padded copy of the input per slice)."""
+    matrix = window_matrix(plan)
+
+    @jax.custom_jvp
+    def pool_axis(x):
+        return exact(x, axis, plan)
+
+    @pool_axis.defjvp
+    def pool_axis_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return pool_axis(x), _matmul(t, axis, matrix)
+
+    return pool_axis
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
@@ -79,17 +110,6 @@ def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
 
 def _matrix(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     return matrix_sum(x, axis, window_matrix(plan))
-
-
-def joint_window_sum(x: jax.Array, axes: tuple[int, ...], plans: tuple[AxisPlan, ...]
-                     ) -> jax.Array:
-    """All spatial axes at once (they must be adjacent): one product with the Kronecker
-    product of the per-axis window matrices, which on small maps beats one pass per axis."""
-    first, last = axes[0], axes[-1] + 1
-    merged = x.reshape(x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
-    matrix = functools.reduce(np.kron, [window_matrix(p) for p in plans])
-    out = matrix_sum(merged, first, matrix)
-    return out.reshape(x.shape[:first] + tuple(p.out_size for p in plans) + x.shape[last:])
 
 
 def matrix_sum(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:

@@ -30,11 +30,9 @@ def _static(x):
 def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = x.astype(_compute_dtype(dtype))
-    if plan.joint:
-        y = _axis.joint_window_sum(y, plan.spatial_axes, plan.axes)
-    else:
-        for i in plan.axis_order:
-            y = _axis.window_sum(y, plan.spatial_axes[i], plan.axes[i])
+    # Outermost axis first: there slices and sums run over contiguous rows.
+    for axis, axis_plan in zip(plan.spatial_axes, plan.axes):
+        y = _axis.window_sum(y, axis, axis_plan)
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
 
 

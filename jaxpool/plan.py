@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jaxpool import _checks
-from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
-                             joint_matrix_pays)
+from jaxpool.windows import AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan
 
 
 @dataclass(frozen=True)
@@ -32,26 +31,9 @@ class PoolPlan:
 
     @property
     def strategies(self) -> tuple[str, ...]:
-        return tuple(plan.strategy for plan in self.axes)
-
-    @property
-    def joint(self) -> bool:
-        """Pool all spatial axes with one joint window matrix: when some axis needs a
-        matrix anyway and the joint one is small."""
-        return joint_matrix_pays(self.axes)
-
-    @property
-    def axis_order(self) -> tuple[int, ...]:
-        """Indices into ``axes`` in the order to pool them, for the per-axis path.
-
-        A matrix on the innermost axis goes first (a plain matrix product, no transpose);
-        the others go outermost first, where slices and sums run over contiguous rows.
-        """
-        order = list(range(len(self.axes)))
         innermost = len(self.input_shape) - 1
-        if self.spatial_axes[-1] == innermost and self.axes[-1].strategy == "matrix":
-            order = [order[-1]] + order[:-1]
-        return tuple(order)
+        return tuple(plan.strategy(axis == innermost)
+                     for axis, plan in zip(self.spatial_axes, self.axes))
 
 
 def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:

@@ -4,32 +4,47 @@ import jaxpool
 from jaxpool.plan import plan_adaptive, plan_avg_pool
 from jaxpool.windows import STRATEGIES
 
-# name -> (function of a channels-first array, input shape)
+# name -> (function of an array, input shape, the op's plan)
 CASES = {
-    "identity+blocks": (lambda x: jaxpool.adaptive_avg_pool2d(x, (6, 2)), (2, 3, 6, 8)),
-    "blocks": (lambda x: jaxpool.avg_pool2d(x, 2), (2, 3, 8, 6)),
-    "repeat": (lambda x: jaxpool.adaptive_avg_pool2d(x, (8, 9)), (2, 3, 4, 3)),
-    "taps": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
-                                          count_include_pad=False), (2, 3, 9, 8)),
-    "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (7, 11)), (1, 2, 30, 30)),
-    "joint matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), (2, 3, 15, 13)),
-    "matrix up": (lambda x: jaxpool.adaptive_avg_pool2d(x, (9, 5)), (2, 3, 7, 3)),
-    "global": (lambda x: jaxpool.global_avg_pool(x), (2, 3, 5, 7)),
-    "1d taps": (lambda x: jaxpool.avg_pool1d(x, 3, 1, 1), (2, 3, 9)),
-    "3d mixed": (lambda x: jaxpool.adaptive_avg_pool3d(x, (2, 3, 8)), (1, 2, 4, 5, 4)),
+    "identity+sums": (lambda x: jaxpool.adaptive_avg_pool2d(x, (6, 2)), (2, 3, 6, 8),
+                      lambda s: plan_adaptive("", s, None, 2, (6, 2))),
+    "sums": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), (2, 3, 15, 13),
+             lambda s: plan_adaptive("", s, None, 2, 4)),
+    "sums up": (lambda x: jaxpool.adaptive_avg_pool2d(x, (9, 5)), (2, 3, 7, 3),
+                lambda s: plan_adaptive("", s, None, 2, (9, 5))),
+    "blocks": (lambda x: jaxpool.avg_pool2d(x, 2), (2, 3, 40, 36),
+               lambda s: plan_avg_pool("", s, None, 2, 2)),
+    "blocks long": (lambda x: jaxpool.avg_pool1d(x, 2), (1, 2, 400),
+                    lambda s: plan_avg_pool("", s, None, 1, 2)),
+    "repeat": (lambda x: jaxpool.adaptive_avg_pool2d(x, (40, 36)), (1, 2, 4, 3),
+               lambda s: plan_adaptive("", s, None, 2, (40, 36))),
+    "taps": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+             (2, 3, 40, 38),
+             lambda s: plan_avg_pool("", s, None, 2, 3, 2, 1, True, False)),
+    "taps channels-last": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1, channels_last=True),
+                           (2, 40, 38, 3),
+                           lambda s: plan_avg_pool("", s, None, 2, 3, 2, 1, channels_last=True)),
+    "taps long": (lambda x: jaxpool.avg_pool1d(x, 3, 1, 1), (1, 2, 2100),
+                  lambda s: plan_avg_pool("", s, None, 1, 3, 1, 1)),
+    "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (21, 17)), (1, 2, 30, 30),
+               lambda s: plan_adaptive("", s, None, 2, (21, 17))),
+    "global": (lambda x: jaxpool.global_avg_pool(x), (2, 3, 5, 7), None),
+    "3d mixed": (lambda x: jaxpool.adaptive_avg_pool3d(x, (2, 3, 8)), (1, 2, 4, 5, 4),
+                 lambda s: plan_adaptive("", s, None, 3, (2, 3, 8))),
 }
 
-# The strategies each case exercises, read from the library's own plans.
-COVERED = set()
-COVERED.update(plan_adaptive("", (2, 3, 6, 8), None, 2, (6, 2)).strategies)
-COVERED.update(plan_avg_pool("", (2, 3, 8, 6), None, 2, 2).strategies)
-COVERED.update(plan_adaptive("", (2, 3, 4, 3), None, 2, (8, 9)).strategies)
-COVERED.update(plan_avg_pool("", (2, 3, 9, 8), None, 2, 3, 2, 1, True, False).strategies)
-COVERED.update(plan_adaptive("", (1, 2, 30, 30), None, 2, (7, 11)).strategies)
-PER_AXIS_MATRIX = not plan_adaptive("", (1, 2, 30, 30), None, 2, (7, 11)).joint
-JOINT_MATRIX = plan_adaptive("", (2, 3, 15, 13), None, 2, 4).joint
+
+def _axes(plan):
+    innermost = len(plan.input_shape) - 1
+    return [(p.strategy(a == innermost), p.tangent_by_matrix(a == innermost))
+            for a, p in zip(plan.spatial_axes, plan.axes)]
+
+
+AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axes(planner(shape))]
 
 
 def test_every_strategy_has_a_case():
-    assert COVERED == set(STRATEGIES)
-    assert PER_AXIS_MATRIX and JOINT_MATRIX
+    assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
+    # blocks and taps both with derivatives from the window matrix and without
+    for strategy in ("blocks", "taps"):
+        assert {by_matrix for s, by_matrix in AXES if s == strategy} == {True, False}

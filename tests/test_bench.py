@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jaxpool.bench import cli, grid, runner, sides  # noqa: E402
+from jaxpool.bench import cli, grid, runner, sides
 
 
 def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
@@ -83,6 +83,15 @@ def test_measure_interleaves_and_rotates():
     stats = runner.measure(fns, reps=3, min_sample_s=0)
     assert calls[3:] == list("abc" "bca" "cab")  # after one calibration call each
     assert all(len(s["samples_ms"]) == 3 for s in stats.values())
+
+
+def test_measure_gives_a_slow_side_fewer_samples():
+    import time
+
+    fns = {"fast": lambda: None, "slow": lambda: time.sleep(0.02)}
+    stats = runner.measure(fns, reps=6, min_sample_s=0, budget_s=0.05)
+    assert len(stats["fast"]["samples_ms"]) == 6
+    assert len(stats["slow"]["samples_ms"]) == 3
 
 
 def test_cell_shapes_follow_torch():

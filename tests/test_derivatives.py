@@ -24,7 +24,7 @@ def _functional(pool, w):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_check_grads_to_order_3(name, rng):
-    pool, shape = CASES[name]
+    pool, shape, _ = CASES[name]
     x = jnp.asarray(rng.standard_normal(shape))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
     check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"))
@@ -54,7 +54,7 @@ def _stablehlo_ops(fn, x) -> set[str]:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_no_scatter_at_any_order(name, rng):
-    pool, shape = CASES[name]
+    pool, shape, _ = CASES[name]
     x = jnp.asarray(rng.standard_normal(shape))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
     for program, fn in _derivative_programs(pool, x, w).items():
@@ -71,19 +71,23 @@ def test_the_scatter_check_can_fail():
     assert any("scatter" in op for op in ops)
 
 
-@pytest.mark.parametrize("name", ["matrix", "joint matrix", "matrix up", "taps", "repeat",
-                                  "blocks"])
+TORCH = {
+    "sums": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
+    "sums up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
+    "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (21, 17)),
+    "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
+                                                     count_include_pad=False),
+    "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (40, 36)),
+    "blocks": lambda t: torch.nn.functional.avg_pool2d(t, 2),
+    "blocks long": lambda t: torch.nn.functional.avg_pool1d(t, 2),
+    "taps long": lambda t: torch.nn.functional.avg_pool1d(t, 3, 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(TORCH))
 def test_hessian_vector_product_matches_torch(name, rng):
-    pool, shape = CASES[name]
-    torch_fns = {
-        "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (7, 11)),
-        "joint matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
-        "matrix up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
-        "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
-                                                         count_include_pad=False),
-        "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (8, 9)),
-        "blocks": lambda t: torch.nn.functional.avg_pool2d(t, 2),
-    }
+    pool, shape, _ = CASES[name]
+    torch_fns = TORCH
     x = rng.standard_normal(shape)
     v = rng.standard_normal(shape)
     w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
@@ -98,7 +102,7 @@ def test_hessian_vector_product_matches_torch(name, rng):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_vmap_over_unbatched_inputs_equals_the_batched_call(name, rng):
-    pool, shape = CASES[name]
+    pool, shape, _ = CASES[name]
     if name == "global":
         pytest.skip("global_avg_pool takes rank 4 only")
     x = jnp.asarray(rng.standard_normal(shape))

@@ -5,23 +5,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import jaxpool
 
 from strategy_cases import CASES
 
 TORCH = {
-    "identity+blocks": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (6, 2)),
-    "blocks": lambda t: torch.nn.functional.avg_pool2d(t, 2),
-    "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (8, 9)),
-    "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
-                                                     count_include_pad=False),
-    "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (7, 11)),
-    "joint matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
-    "matrix up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
+    "identity+sums": lambda t: F.adaptive_avg_pool2d(t, (6, 2)),
+    "sums": lambda t: F.adaptive_avg_pool2d(t, 4),
+    "sums up": lambda t: F.adaptive_avg_pool2d(t, (9, 5)),
+    "blocks": lambda t: F.avg_pool2d(t, 2),
+    "blocks long": lambda t: F.avg_pool1d(t, 2),
+    "repeat": lambda t: F.adaptive_avg_pool2d(t, (40, 36)),
+    "taps": lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "taps channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1),
+    "taps long": lambda t: F.avg_pool1d(t, 3, 1, 1),
+    "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
     "global": lambda t: t.mean(dim=(2, 3)),
-    "1d taps": lambda t: torch.nn.functional.avg_pool1d(t, 3, 1, 1),
-    "3d mixed": lambda t: torch.nn.functional.adaptive_avg_pool3d(t, (2, 3, 8)),
+    "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),
 }
 
 
@@ -36,7 +38,7 @@ def _same_pattern(got, expected):
                                     (np.nan, np.inf, -np.inf, np.inf)])
 @pytest.mark.parametrize("name", list(CASES))
 def test_non_finite_values_stay_in_their_windows(name, values, rng):
-    pool, shape = CASES[name]
+    pool, shape, _ = CASES[name]
     x = rng.standard_normal(shape).astype(np.float32)
     flat = x.reshape(-1)
     spots = rng.choice(flat.size, size=len(values), replace=False)

@@ -37,6 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="samples per side and cell (default 15, quick 5)")
     p.add_argument("--min-sample-ms", type=float, default=None,
                    help="each sample repeats the call to last at least this long (default 20, quick 5)")
+    p.add_argument("--side-budget-s", type=float, default=None, metavar="S",
+                   help="a side whose samples would take longer than this on one cell and mode "
+                   "gets fewer of them, at least 3 (default 10, quick 3)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the cores this process may use)")
@@ -53,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.reps is None:
         args.reps = 5 if small else 15
     args.min_sample_ms = args.min_sample_ms if args.min_sample_ms is not None else (5 if small else 20)
+    if args.side_budget_s is None:
+        args.side_budget_s = 3.0 if small else 10.0
     args.modes = _subset(p, "--modes", args.modes, MODES)
     args.sides = _subset(p, "--sides", args.sides, SIDE_NAMES)
     if args.reps < 1:
@@ -80,12 +85,11 @@ def machine(kind: str, jax_device=None) -> str:
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else str(jax_device)
         return f"{name} GPU, {_cores()}-core {platform.machine().replace('_', '-')} host"
     model = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = " (" + " ".join(line.split(":", 1)[1].split()) + ")"
-                    break
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = " (" + " ".join(line.split(":", 1)[1].split()) + ")"
+                break
     return f"{_cores()}-core {platform.machine().replace('_', '-')} CPU{model}"
 
 
@@ -103,14 +107,22 @@ def versions(sides) -> str:
 
 
 class _Progress:
-    """A rich progress bar over the timing repetitions, or nothing."""
+    """A rich progress bar over the timing repetitions; one line per step when not on a terminal."""
 
     def __init__(self, total: int, enabled: bool):
         self.bar = None
-        if enabled:
+        self.lines = enabled and not sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        if enabled and not self.lines:
             try:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                           TimeElapsedColumn, TimeRemainingColumn)
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
+                    TimeRemainingColumn,
+                )
             except ImportError:
                 return
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -129,6 +141,8 @@ class _Progress:
     def status(self, text: str):
         if self.bar:
             self.bar.update(self.task, description=text)
+        elif self.lines and text.endswith("timing"):
+            print(f"[{time.perf_counter() - self.t0:6.0f} s] {text}", file=sys.stderr, flush=True)
 
     def tick(self):
         if self.bar:
@@ -169,6 +183,7 @@ def main(argv=None) -> int:
         for case in cases:
             results += run_case(case, sides, device, modes=args.modes, reps=args.reps,
                                 min_sample_s=args.min_sample_ms / 1e3, seed=args.seed,
+                                budget_s=args.side_budget_s,
                                 status=progress.status, tick=progress.tick)
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -181,6 +196,7 @@ def main(argv=None) -> int:
         "command": shlex.join(["python", "-m", "jaxpool.bench", *argv]),
         "reps": args.reps,
         "min_sample_ms": args.min_sample_ms,
+        "side_budget_s": args.side_budget_s,
         "elapsed_s": time.perf_counter() - started,
     }
     os.makedirs(args.out, exist_ok=True)

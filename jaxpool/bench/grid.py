@@ -11,7 +11,7 @@ import dataclasses
 import math
 import re
 
-__all__ = ["Case", "GRIDS", "MODES", "adaptive", "avg", "global_", "select"]
+__all__ = ["GRIDS", "MODES", "Case", "adaptive", "avg", "global_", "select"]
 
 MODES = ("fwd", "grad", "gradgrad")
 MODE_TITLES = {

@@ -6,9 +6,9 @@ import json
 import os
 
 from .grid import MODE_TITLES
-from .sides import PEERS, SIDE_NAMES
+from .sides import SIDE_NAMES
 
-__all__ = ["chart", "markdown", "splice", "write_json", "BEGIN", "END"]
+__all__ = ["BEGIN", "END", "chart", "markdown", "splice", "write_json"]
 
 BEGIN = "<!-- jaxpool.bench:begin -->"
 END = "<!-- jaxpool.bench:end -->"
@@ -27,13 +27,14 @@ def _fmt(ms: float) -> str:
     return f"{ms:.3f}"
 
 
-def _cell(entry: dict | None) -> str:
+def _cell(entry: dict | None, reps: int) -> str:
     if entry is None:
         return ""
     if entry["status"] != "ok" or "median_ms" not in entry:
         return SHORT.get(entry["status"], entry["status"])
     half_iqr = (entry["q75_ms"] - entry["q25_ms"]) / 2
-    return f"{_fmt(entry['median_ms'])} ±{_fmt(half_iqr)}"
+    n = len(entry["samples_ms"])
+    return f"{_fmt(entry['median_ms'])} ±{_fmt(half_iqr)}" + (f" (n={n})" if n < reps else "")
 
 
 def misses(r: dict) -> list[str]:
@@ -59,7 +60,8 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
         f"Command: `{meta['command']}` ({meta['elapsed_s'] / 60:.1f} min).",
         "",
         f"Milliseconds per call: median of {meta['reps']} interleaved samples "
-        "± half the interquartile range. Modes: "
+        "± half the interquartile range (n = fewer samples, for a side slower than "
+        f"{meta.get('side_budget_s', '?')} s per cell). Modes: "
         + "; ".join(f"`{m}` = {t}" for m, t in MODE_TITLES.items())
         + ". `floor` = one read of the input (`x.sum` over the spatial axes, jitted, "
         "differentiated the same way). `best peer` = jaxpool's time over the fastest peer "
@@ -76,7 +78,7 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     for r in results:
         first = r["cell"] != last
         last = r["cell"]
-        cells = [_cell(r["sides"].get(s)) for s in sides]
+        cells = [_cell(r["sides"].get(s), meta["reps"]) for s in sides]
         peer = ""
         if r["ratio_peer"] is not None:
             peer = f"{r['ratio_peer']:.2f} ({r['best_peer']})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -130,18 +130,23 @@ def check(y, ref: np.ndarray, dtype: str) -> str | None:
 
 
 def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float,
-            tick: Callable[[], None] | None = None) -> dict[str, dict]:
+            tick: Callable[[], None] | None = None, budget_s: float | None = None) -> dict[str, dict]:
     """Seconds per call of each thunk: `reps` samples each, taken round-robin.
 
     Each sample repeats the call enough times to last `min_sample_s`; the order of
     the thunks rotates every repetition so that no side always runs first or last.
+    A thunk whose samples would take more than `budget_s` in all gets fewer samples
+    (at least 3), so that one pathological side does not hold up the run.
     """
-    inner = {}
+    inner, wanted = {}, {}
     for name, f in fns.items():
         t0 = time.perf_counter()
         f()
         one = time.perf_counter() - t0
         inner[name] = max(1, min(10_000, math.ceil(min_sample_s / max(one, 1e-7))))
+        wanted[name] = reps
+        if budget_s is not None:
+            wanted[name] = max(min(3, reps), min(reps, int(budget_s / max(one * inner[name], 1e-9))))
     samples = {name: [] for name in fns}
     names = list(fns)
     gc.collect()
@@ -151,6 +156,8 @@ def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float
         for r in range(reps):
             k = r % len(names) if names else 0
             for name in names[k:] + names[:k]:
+                if len(samples[name]) >= wanted[name]:
+                    continue
                 f, n = fns[name], inner[name]
                 t0 = time.perf_counter()
                 for _ in range(n):
@@ -205,6 +212,7 @@ def make_input(case: Case, seed: int) -> np.ndarray:
 
 def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=MODES,
              reps: int = 15, min_sample_s: float = 0.01, seed: int = 0,
+             budget_s: float | None = None,
              status: Callable[[str], None] = lambda s: None,
              tick: Callable[[], None] = lambda: None) -> list[dict]:
     """Check and time every side of `case` in each mode; one result dict per mode.
@@ -236,7 +244,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                 built[name] = ("ok", notes, fn)
             except Unsupported as exc:
                 built[name] = ("unsupported", str(exc), None)
-            except Exception as exc:  # a peer's constructor may reject the cell
+            except Exception as exc:  # noqa: BLE001  a peer's constructor may reject the cell in any way
                 built[name] = ("error", f"{type(exc).__name__}: {exc}", None)
 
     results = []
@@ -264,7 +272,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                     entry["compile_s"] = time.perf_counter() - t0
                     thunk = (lambda c=compiled: c(xj).block_until_ready())
                     y = np.asarray(thunk()).astype(np.float64)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  a failing peer is reported, not fatal
                 entry.update(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
                 entries[name] = entry
                 continue
@@ -276,7 +284,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
             entries[name] = entry
         del ref
         status(f"{case.label} | {mode} | timing")
-        timed = measure(thunks, reps, min_sample_s, tick=tick)
+        timed = measure(thunks, reps, min_sample_s, tick=tick, budget_s=budget_s)
         for name, stats in timed.items():
             entries[name].update(stats)
         results.append(_result(case, mode, entries, device))

@@ -57,7 +57,7 @@ def missing_reason(name: str) -> str | None:
                 for attr in ("adaptive_avg_pool2d", "avg_pool2d", "global_avg_pool"):
                     if not hasattr(mod, attr):
                         return f"jaxpool has no {attr}"
-    except Exception as exc:  # an optional peer may fail to import in many ways
+    except Exception as exc:  # noqa: BLE001  an optional peer may fail to import in many ways
         return f"not installed ({type(exc).__name__}: {exc})"
     return None
 
@@ -114,8 +114,8 @@ def jaxpool_side(case):
 
 
 def flax_side(case):
-    import jax.numpy as jnp
     import flax.linen as nn
+    import jax.numpy as jnp
 
     to, back = _to_nhwc(case), _from_nhwc(case)
     notes = [] if case.channels_last else ["NHWC only: NCHW input transposed and back"]
@@ -174,22 +174,22 @@ def keras_side(case):
 
 
 def equinox_side(case):
+    import equinox as eqx
     import jax
     import jax.numpy as jnp
-    import equinox as eqx
 
     notes = ["per-example module, vmapped over the batch"]
     if case.channels_last:
         notes.append("channels-first only: NHWC input transposed and back")
-        to = lambda x: jnp.transpose(x, (0, 3, 1, 2))  # noqa: E731
-        back = lambda y: jnp.transpose(y, (0, 2, 3, 1)) if y.ndim == 4 else y  # noqa: E731
+        to = lambda x: jnp.transpose(x, (0, 3, 1, 2))
+        back = lambda y: jnp.transpose(y, (0, 2, 3, 1)) if y.ndim == 4 else y
     else:
-        to = back = lambda a: a  # noqa: E731
+        to = back = lambda a: a
     if case.op == "adaptive":
         pool = eqx.nn.AdaptiveAvgPool2d(case.output_size)
     elif case.op == "global":
         inner = eqx.nn.AdaptiveAvgPool2d((1, 1))
-        pool = lambda x: jnp.reshape(inner(x), (-1,))  # noqa: E731
+        pool = lambda x: jnp.reshape(inner(x), (-1,))
     else:
         if case.padding and not case.count_include_pad:
             raise Unsupported("divides by the whole kernel: no count_include_pad=False")
