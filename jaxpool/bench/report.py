@@ -68,8 +68,9 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
         "whose values match torch; **bold** = a target missed (above 1.0x the best peer; "
         f"forward above {FLOOR_TARGET:g}x the floor on a cell over {FLOOR_BYTES / 1e6:g} MB). "
         "`wrong` = values differ from torch (not timed); `n/a` = no equivalent call; "
-        "`raises` = the call fails; `-` = not installed. "
-        f"`torch` runs on {meta.get('torch_threads', '?')} threads, `torch-1t` on one.",
+        "`raises` = the call fails; `-` = not installed."
+        + (f" `torch` runs on {meta.get('torch_threads', '?')} threads, `torch-1t` on one."
+           if "torch-1t" in sides else ""),
         "",
         "| cell | MB | mode | " + " | ".join(sides) + " | jaxpool / best peer | jaxpool / floor |",
         "|---|---:|---|" + "---:|" * len(sides) + "---:|---:|",
