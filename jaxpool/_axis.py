@@ -97,13 +97,23 @@ def _repeat(x: jax.Array, axis: int, factor: int) -> jax.Array:
 
 
 def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    """Equal windows at a fixed stride: one strided slice per offset inside the window."""
-    length, stride, k = plan.lengths[0], plan.stride, plan.out_size
-    span = (k - 1) * stride + length
-    x = _fit_axis(x, axis, plan.pad_lo, span)
+    """Equal windows at a fixed stride: one strided slice per offset inside the window.
+
+    Each offset's slice is taken from the unpadded input and only the slice is padded
+    (with the windows whose element at that offset lies in the padding): padding the input
+    itself would write a padded copy of it first.
+    """
+    length, stride, k, n = plan.lengths[0], plan.stride, plan.out_size, plan.in_size
     total = None
     for offset in range(length):
-        tap = lax.slice_in_dim(x, offset, offset + (k - 1) * stride + 1, stride, axis)
+        # window i reads input element i*stride + offset - pad_lo
+        first = max(0, -(-(plan.pad_lo - offset) // stride))
+        last = min(k - 1, (n - 1 + plan.pad_lo - offset) // stride)
+        if last < first:
+            continue
+        start = first * stride + offset - plan.pad_lo
+        tap = lax.slice_in_dim(x, start, start + (last - first) * stride + 1, stride, axis)
+        tap = _pad_axis(tap, axis, first, k - 1 - last)
         total = tap if total is None else total + tap
     return total
 
