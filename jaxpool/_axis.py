@@ -19,6 +19,57 @@ from jax import lax
 from jaxpool.windows import AxisPlan
 
 
+def window_sums(x: jax.Array, axes: tuple[int, ...], plans: tuple[AxisPlan, ...]) -> jax.Array:
+    """Sum the windows of every spatial axis (``plans[i]`` along ``axes[i]``)."""
+    innermost = x.ndim - 1
+    own_derivatives = [p.strategy(a == innermost) in ("repeat",) or
+                       (p.strategy(a == innermost) in ("blocks", "taps")
+                        and not p.tangent_by_matrix(a == innermost))
+                       for a, p in zip(axes, plans)]
+    if not any(own_derivatives):
+        return _with_matrix_tangents(x, axes, plans)
+    for axis, plan in zip(axes, plans):
+        x = window_sum(x, axis, plan)
+    return x
+
+
+def _with_matrix_tangents(x: jax.Array, axes, plans) -> jax.Array:
+    """Values axis by axis from the exact strategies, outermost first; derivatives from the
+    window matrices, innermost first, so that reverse mode ends with a product on the
+    innermost axis, which writes the input-sized cotangent in its own layout (the other
+    order ends in a transposed copy of it)."""
+    innermost = x.ndim - 1
+    matrices = [(a, window_matrix(p)) for a, p in zip(axes, plans)
+                if p.strategy(a == innermost) != "identity"]
+
+    @jax.custom_jvp
+    def pool(x):
+        for axis, plan in zip(axes, plans):
+            x = _exact(x, axis, plan)
+        return x
+
+    @pool.defjvp
+    def pool_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        for axis, matrix in reversed(matrices):
+            t = _matmul(t, axis, matrix)
+        return pool(x), t
+
+    return pool(x)
+
+
+def _exact(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """The values of one axis's window sums, with no derivative rule of their own."""
+    strategy = plan.strategy(axis == x.ndim - 1)
+    if strategy == "identity":
+        return x
+    if strategy == "repeat":
+        return _repeat(x, axis, plan.out_size // plan.in_size)
+    if strategy == "matrix":
+        return _matmul_keeping_nonfinite(x, axis, window_matrix(plan))
+    return {"sums": _sums, "blocks": _blocks, "taps": _taps}[strategy](x, axis, plan)
+
+
 def window_sum(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     """Sum the windows of ``plan`` along ``axis``: extent ``plan.in_size`` -> ``plan.out_size``."""
     innermost = axis == x.ndim - 1

@@ -31,8 +31,7 @@ def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = x.astype(_compute_dtype(dtype))
     # Outermost axis first: there slices and sums run over contiguous rows.
-    for axis, axis_plan in zip(plan.spatial_axes, plan.axes):
-        y = _axis.window_sum(y, axis, axis_plan)
+    y = _axis.window_sums(y, plan.spatial_axes, plan.axes)
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
 
 
