@@ -9,7 +9,6 @@ either mode, contain no scatter.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -21,23 +20,27 @@ from jaxpool.windows import AxisPlan
 
 def window_sums(x: jax.Array, axes: tuple[int, ...], plans: tuple[AxisPlan, ...]) -> jax.Array:
     """Sum the windows of every spatial axis (``plans[i]`` along ``axes[i]``)."""
-    innermost = x.ndim - 1
-    own_derivatives = [p.strategy(a == innermost) in ("repeat",) or
-                       (p.strategy(a == innermost) in ("blocks", "taps")
-                        and not p.tangent_by_matrix(a == innermost))
-                       for a, p in zip(axes, plans)]
-    if not any(own_derivatives):
+    by_matrix = [_tangent_by_matrix(x.ndim, a, p) for a, p in zip(axes, plans)]
+    if all(by_matrix):
         return _with_matrix_tangents(x, axes, plans)
-    for axis, plan in zip(axes, plans):
-        x = window_sum(x, axis, plan)
+    for axis, plan, matrix_tangent in zip(axes, plans, by_matrix):
+        x = (_with_matrix_tangents(x, (axis,), (plan,)) if matrix_tangent
+             else _exact(x, axis, plan))
     return x
+
+
+def _tangent_by_matrix(rank: int, axis: int, plan: AxisPlan) -> bool:
+    innermost = axis == rank - 1
+    return (plan.strategy(innermost) in ("identity", "matrix")
+            or plan.tangent_by_matrix(innermost))
 
 
 def _with_matrix_tangents(x: jax.Array, axes, plans) -> jax.Array:
     """Values axis by axis from the exact strategies, outermost first; derivatives from the
     window matrices, innermost first, so that reverse mode ends with a product on the
     innermost axis, which writes the input-sized cotangent in its own layout (the other
-    order ends in a transposed copy of it)."""
+    order ends in a transposed copy of it). The products transpose into products, so no
+    derivative of any order holds a scatter."""
     innermost = x.ndim - 1
     matrices = [(a, window_matrix(p)) for a, p in zip(axes, plans)
                 if p.strategy(a == innermost) != "identity"]
@@ -59,7 +62,9 @@ def _with_matrix_tangents(x: jax.Array, axes, plans) -> jax.Array:
 
 
 def _exact(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    """The values of one axis's window sums, with no derivative rule of their own."""
+    """The values of one axis's window sums (exact: a NaN or inf reaches only the windows
+    that hold it). Differentiable by JAX itself except ``matrix``, whose values are not the
+    plain product (see ``_matmul_keeping_nonfinite``) and which is always wrapped."""
     strategy = plan.strategy(axis == x.ndim - 1)
     if strategy == "identity":
         return x
@@ -68,22 +73,6 @@ def _exact(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     if strategy == "matrix":
         return _matmul_keeping_nonfinite(x, axis, window_matrix(plan))
     return {"sums": _sums, "blocks": _blocks, "taps": _taps}[strategy](x, axis, plan)
-
-
-def window_sum(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    """Sum the windows of ``plan`` along ``axis``: extent ``plan.in_size`` -> ``plan.out_size``."""
-    innermost = axis == x.ndim - 1
-    strategy = plan.strategy(innermost)
-    if strategy == "identity":
-        return x
-    if strategy == "repeat":
-        return _repeat(x, axis, plan.out_size // plan.in_size)
-    if strategy == "matrix":
-        return _matrix(x, axis, plan)
-    exact = {"sums": _sums, "blocks": _blocks, "taps": _taps}[strategy]
-    if plan.tangent_by_matrix(innermost):
-        return _with_matrix_tangent(exact, axis, plan)(x)
-    return exact(x, axis, plan)
 
 
 def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
@@ -95,24 +84,6 @@ def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
         members = [rows[r] for r in plan.real_rows(i)]
         windows.append(functools.reduce(jnp.add, members))
     return jnp.concatenate(windows, axis=axis)
-
-
-def _with_matrix_tangent(exact, axis: int, plan: AxisPlan):
-    """Values from ``exact``; derivatives from the equal linear map written as a product
-    with the window matrix, which JAX transposes into another product (the slices' own
-    transpose would be one padded copy of the input per slice)."""
-    matrix = window_matrix(plan)
-
-    @jax.custom_jvp
-    def pool_axis(x):
-        return exact(x, axis, plan)
-
-    @pool_axis.defjvp
-    def pool_axis_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        return pool_axis(x), _matmul(t, axis, matrix)
-
-    return pool_axis
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
@@ -169,38 +140,17 @@ def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     return total
 
 
-def _matrix(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
-    return matrix_sum(x, axis, window_matrix(plan))
-
-
-def matrix_sum(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
-    """Window sums along ``axis`` as a product with a 0/1 ``[out, in]`` window matrix.
+def _matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
+    """Window sums along ``axis`` as a product with a 0/1 ``[out, in]`` window matrix, with
+    torch's handling of NaN and inf: NaN if a window holds a NaN or both infinities, else the
+    sign of the infinity it holds, else the finite sum.
 
     A product of the raw input would turn one inf into NaN across its whole row
     (``0 * inf``), so the values come from two products: one of the input with its
     non-finite entries zeroed, and one of a plane that codes them, from which each window
-    learns whether it holds a +inf (or NaN) and a -inf (or NaN), as torch's sum would. No
-    data-dependent branch: a global "all finite?" test would cost a collective on sharded
-    inputs. The tangent is the plain product, whose transpose is again a product, so
-    derivatives of any order stay scatter-free; the program size does not depend on the
-    output size.
+    learns whether it holds a +inf (or NaN) and a -inf (or NaN). No data-dependent branch:
+    a global "all finite?" test would cost a collective on sharded inputs.
     """
-
-    @jax.custom_jvp
-    def exact_product(x):
-        return _matmul_keeping_nonfinite(x, axis, matrix)
-
-    @exact_product.defjvp
-    def exact_product_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        return exact_product(x), _matmul(t, axis, matrix)
-
-    return exact_product(x)
-
-
-def _matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
-    """torch's window sums: NaN if a window holds a NaN or both infinities, else the sign
-    of the infinity it holds, else the finite sum."""
     finite = jnp.isfinite(x)
     zero = jnp.zeros((), x.dtype)
     total = _matmul(jnp.where(finite, x, zero), axis, matrix)
