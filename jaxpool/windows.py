@@ -9,7 +9,6 @@ where that choice is made.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 # Per-axis strategies, from cheapest to most general. Every one of them is built from pad,
@@ -53,10 +52,6 @@ class AxisPlan:
         return tuple(b - a for a, b in zip(self.starts, self.stops))
 
     @property
-    def max_length(self) -> int:
-        return max(self.lengths)
-
-    @property
     def stride(self) -> int | None:
         """The common step between window starts, or None when the starts are irregular."""
         if self.out_size == 1:
@@ -73,11 +68,6 @@ class AxisPlan:
         lo = max(self.starts[i] - self.pad_lo, 0)
         hi = min(self.stops[i] - self.pad_lo, self.in_size)
         return range(lo, hi)
-
-    @property
-    def padded_size(self) -> int:
-        """Extent the padded input must have for every window to lie inside it."""
-        return max(self.stops[-1], self.pad_lo + self.in_size)
 
     def strategy(self, innermost: bool = False) -> str:
         return choose_strategy(self, innermost)
@@ -171,10 +161,3 @@ def avg_pool_plan(in_size: int, kernel: int, stride: int, padding: int, ceil_mod
     # window keeps its full kernel length (uniform windows stay uniform) and only the
     # divisor sees the clipping.
     return AxisPlan(in_size, k, padding, tuple(starts), tuple(stops), tuple(divisors))
-
-
-def gcd_period(in_size: int, out_size: int) -> tuple[int, int]:
-    """``(n', k')`` with ``n/k == n'/k'`` in lowest terms: adaptive windows repeat with
-    period ``k'`` outputs and shift by ``n'`` inputs per period."""
-    g = math.gcd(in_size, out_size)
-    return in_size // g, out_size // g
