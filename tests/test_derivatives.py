@@ -27,7 +27,9 @@ def test_check_grads_to_order_3(name, rng):
     pool, shape, _ = CASES[name]
     x = jnp.asarray(rng.standard_normal(shape))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
-    check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"))
+    # third-order finite differences in float64 carry ~1e-5 relative error of their own
+    check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"),
+                atol=1e-4, rtol=1e-4)
 
 
 def _derivative_programs(pool, x, w):
