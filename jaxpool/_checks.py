@@ -88,14 +88,10 @@ def check_input(op: str, shape: tuple, dtype, ndim: int, channels_last: bool,
 
 
 def check_dtype(op: str, dtype) -> None:
-    name = np.dtype(dtype).name if not _is_bfloat16(dtype) else "bfloat16"
+    name = np.dtype(dtype).name
     if name not in FLOAT_DTYPES:
         raise TypeError(f"{op} expects a floating-point x ({', '.join(FLOAT_DTYPES)}), "
                         f"got dtype {name}")
-
-
-def _is_bfloat16(dtype) -> bool:
-    return str(dtype) == "bfloat16"
 
 
 def _spatial_names(ndim: int) -> tuple[str, ...]:
