@@ -15,40 +15,34 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpool.plan import PoolPlan
 from jaxpool.windows import AxisPlan
 
 
-def window_sums(x: jax.Array, axes: tuple[int, ...], plans: tuple[AxisPlan, ...]) -> jax.Array:
-    """Sum the windows of every spatial axis (``plans[i]`` along ``axes[i]``)."""
-    by_matrix = [_tangent_by_matrix(x.ndim, a, p) for a, p in zip(axes, plans)]
-    if all(by_matrix):
-        return _with_matrix_tangents(x, axes, plans)
-    for axis, plan, matrix_tangent in zip(axes, plans, by_matrix):
-        x = (_with_matrix_tangents(x, (axis,), (plan,)) if matrix_tangent
-             else _exact(x, axis, plan))
+def window_sums(x: jax.Array, plan: PoolPlan) -> jax.Array:
+    """Sum the windows of every spatial axis of ``x`` (laid out as ``plan.input_shape``)."""
+    steps = list(zip(plan.spatial_axes, plan.axes, plan.strategies, plan.tangents))
+    if "values" not in plan.tangents:
+        return _with_custom_tangents(x, steps)
+    for step in steps:
+        axis, axis_plan, strategy, tangent = step
+        x = (_with_custom_tangents(x, [step]) if tangent == "matrix"
+             else _exact(x, axis, axis_plan, strategy))
     return x
 
 
-def _tangent_by_matrix(rank: int, axis: int, plan: AxisPlan) -> bool:
-    innermost = axis == rank - 1
-    return (plan.strategy(innermost) in ("identity", "matrix")
-            or plan.tangent_by_matrix(innermost))
-
-
-def _with_matrix_tangents(x: jax.Array, axes, plans) -> jax.Array:
+def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
     """Values axis by axis from the exact strategies, outermost first; derivatives from the
     window matrices, innermost first, so that reverse mode ends with a product on the
     innermost axis, which writes the input-sized cotangent in its own layout (the other
     order ends in a transposed copy of it). The products transpose into products, so no
     derivative of any order holds a scatter."""
-    innermost = x.ndim - 1
-    matrices = [(a, window_matrix(p)) for a, p in zip(axes, plans)
-                if p.strategy(a == innermost) != "identity"]
+    matrices = [(axis, window_matrix(p)) for axis, p, _, tangent in steps if tangent == "matrix"]
 
     @jax.custom_jvp
     def pool(x):
-        for axis, plan in zip(axes, plans):
-            x = _exact(x, axis, plan)
+        for axis, axis_plan, strategy, _ in steps:
+            x = _exact(x, axis, axis_plan, strategy)
         return x
 
     @pool.defjvp
@@ -61,11 +55,10 @@ def _with_matrix_tangents(x: jax.Array, axes, plans) -> jax.Array:
     return pool(x)
 
 
-def _exact(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
     """The values of one axis's window sums (exact: a NaN or inf reaches only the windows
     that hold it). Differentiable by JAX itself except ``matrix``, whose values are not the
     plain product (see ``_matmul_keeping_nonfinite``) and which is always wrapped."""
-    strategy = plan.strategy(axis == x.ndim - 1)
     if strategy == "identity":
         return x
     if strategy == "repeat":

@@ -31,7 +31,7 @@ def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = x.astype(_compute_dtype(dtype))
     # Outermost axis first: there slices and sums run over contiguous rows.
-    y = _axis.window_sums(y, plan.spatial_axes, plan.axes)
+    y = _axis.window_sums(y, plan)
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
 
 

@@ -7,6 +7,7 @@ shapes from these plans; :mod:`jaxpool.ops` computes them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from jaxpool import _checks
@@ -31,9 +32,20 @@ class PoolPlan:
 
     @property
     def strategies(self) -> tuple[str, ...]:
-        innermost = len(self.input_shape) - 1
-        return tuple(plan.strategy(axis == innermost)
-                     for axis, plan in zip(self.spatial_axes, self.axes))
+        """Each spatial axis's values strategy (see :func:`~jaxpool.windows.choose_strategy`)."""
+        return tuple(p.strategy(*where) for p, where in zip(self.axes, self._placement()))
+
+    @property
+    def tangents(self) -> tuple[str, ...]:
+        """Each spatial axis's derivative rule (see :func:`~jaxpool.windows.choose_tangent`)."""
+        return tuple(p.tangent(*where) for p, where in zip(self.axes, self._placement()))
+
+    def _placement(self) -> list[tuple[bool, int]]:
+        """Per spatial axis: whether it is innermost, and the elements after it with later
+        spatial axes at their pooled extent."""
+        out = self.output_shape
+        last = len(out) - 1
+        return [(axis == last, math.prod(out[axis + 1:])) for axis in self.spatial_axes]
 
 
 def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 import jaxpool
 from jaxpool.plan import plan_adaptive, plan_avg_pool
-from jaxpool.windows import STRATEGIES
+from jaxpool.windows import STRATEGIES, TANGENTS
 
 # name -> (function of an array, input shape, the op's plan)
 CASES = {
@@ -26,6 +26,12 @@ CASES = {
                            lambda s: plan_avg_pool("", s, None, 2, 3, 2, 1, channels_last=True)),
     "taps long": (lambda x: jaxpool.avg_pool1d(x, 3, 1, 1), (1, 2, 2100),
                   lambda s: plan_avg_pool("", s, None, 1, 3, 1, 1)),
+    "blocks channels-last": (lambda x: jaxpool.avg_pool2d(x, 2, channels_last=True),
+                             (2, 40, 36, 3),
+                             lambda s: plan_avg_pool("", s, None, 2, 2, channels_last=True)),
+    "blocks adaptive channels-last": (lambda x: jaxpool.adaptive_avg_pool2d(x, 3, channels_last=True),
+                                      (2, 12, 12, 33),
+                           lambda s: plan_adaptive("", s, None, 2, 3, channels_last=True)),
     "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (21, 17)), (1, 2, 30, 30),
                lambda s: plan_adaptive("", s, None, 2, (21, 17))),
     "global": (lambda x: jaxpool.global_avg_pool(x), (2, 3, 5, 7), None),
@@ -35,9 +41,7 @@ CASES = {
 
 
 def _axes(plan):
-    innermost = len(plan.input_shape) - 1
-    return [(p.strategy(a == innermost), p.tangent_by_matrix(a == innermost))
-            for a, p in zip(plan.spatial_axes, plan.axes)]
+    return list(zip(plan.strategies, plan.tangents))
 
 
 AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axes(planner(shape))]
@@ -45,6 +49,7 @@ AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axe
 
 def test_every_strategy_has_a_case():
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
-    # blocks and taps both with derivatives from the window matrix and without
+    assert {tangent for _, tangent in AXES} == set(TANGENTS)
+    # blocks and taps both with derivatives from the window matrix and from their values
     for strategy in ("blocks", "taps"):
-        assert {by_matrix for s, by_matrix in AXES if s == strategy} == {True, False}
+        assert {t for s, t in AXES if s == strategy} >= {"matrix", "values"}

@@ -21,6 +21,9 @@ TORCH = {
     "taps": lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
     "taps channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1),
     "taps long": lambda t: F.avg_pool1d(t, 3, 1, 1),
+    "blocks channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1),
+    "blocks adaptive channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 3).permute(0, 2, 3, 1),
     "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
     "global": lambda t: t.mean(dim=(2, 3)),
     "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),
