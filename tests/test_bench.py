@@ -29,6 +29,8 @@ def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     for r in rows:
         assert r["sides"]["jaxpool"]["status"] == "ok", r
         assert len(r["sides"]["jaxpool"]["samples_ms"]) == 2
+        assert r["sides"]["jaxpool"]["kernels"] >= 1
+        assert r["sides"]["jaxpool"]["faults_per_call"] >= 0
         assert r["sides"]["torch"]["status"] == "ok"
         assert r["ratio_floor"] > 0
     ragged = rows[0]["sides"]
@@ -44,6 +46,17 @@ def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     assert "old table" not in text and "| adaptive 2x3x15x15 -> 4 |" in text
     assert "](out/chart.png)" in text
     assert "python -m jaxpool.bench --grid smoke" in text
+
+
+def test_kernel_count_reads_the_entry_computation():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((4, 8))
+    one = jax.jit(lambda a: a * 2).lower(x).compile().as_text()
+    two = jax.jit(lambda a: jnp.sin(a) @ a.T + 1).lower(x).compile().as_text()
+    assert runner.kernel_count(one) == 1
+    assert runner.kernel_count(two) >= 2
 
 
 def test_a_wrong_side_is_marked_and_not_timed(monkeypatch):

@@ -51,6 +51,24 @@ def misses(r: dict) -> list[str]:
     return out
 
 
+def _profile(r: dict) -> str:
+    """What the run measured besides time, for a row that misses: page faults per call
+    (fresh memory) and kernels in the compiled program, for jaxpool and its best peer."""
+    parts = []
+    for name in ("jaxpool", r["best_peer"], "floor"):
+        e = r["sides"].get(name) if name else None
+        if not e or e.get("status") != "ok" or (name == "floor" and r["mode"] == "fwd"):
+            continue
+        bits = []
+        if e.get("faults_per_call") is not None:
+            bits.append(f"{e['faults_per_call']:.0f} page faults")
+        if e.get("kernels"):
+            bits.append(f"{e['kernels']} kernel" + ("s" if e["kernels"] > 1 else ""))
+        if bits:
+            parts.append(f"{name} {', '.join(bits)}")
+    return f" ({'; '.join(parts)} per call)" if parts else ""
+
+
 def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> str:
     """The results as a markdown section: header, table, targets, notes, chart."""
     sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
@@ -99,7 +117,7 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     lines += ["", f"Targets: {len(results) - len(missed)} of {len(results)} rows meet every target."]
     if missed:
         lines += ["Rows that miss one:", ""]
-        lines += [f"- {r['cell']}, {r['mode']}: {'; '.join(m)}" for r, m in missed]
+        lines += [f"- {r['cell']}, {r['mode']}: {'; '.join(m)}{_profile(r)}" for r, m in missed]
     notes = _notes(results)
     if notes:
         lines += ["", "Notes on the peers:", ""] + notes

@@ -9,6 +9,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+try:
+    import resource  # POSIX only
+except ImportError:  # pragma: no cover
+    resource = None
+
 from .grid import MODES, Case
 from .sides import JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
 
@@ -148,6 +153,7 @@ def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float
         if budget_s is not None:
             wanted[name] = max(min(3, reps), min(reps, int(budget_s / max(one * inner[name], 1e-9))))
     samples = {name: [] for name in fns}
+    faults = {name: [] for name in fns}
     names = list(fns)
     gc.collect()
     was_enabled = gc.isenabled()
@@ -159,26 +165,46 @@ def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float
                 if len(samples[name]) >= wanted[name]:
                     continue
                 f, n = fns[name], inner[name]
+                f0 = _minor_faults()
                 t0 = time.perf_counter()
                 for _ in range(n):
                     f()
                 samples[name].append((time.perf_counter() - t0) / n)
+                faults[name].append((_minor_faults() - f0) / n)
             if tick:
                 tick()
     finally:
         if was_enabled:
             gc.enable()
-    return {name: summarize(s, inner[name]) for name, s in samples.items()}
+    return {name: summarize(s, inner[name], faults[name]) for name, s in samples.items()}
 
 
-def summarize(samples, inner: int = 1) -> dict:
+def _minor_faults() -> int:
+    """Minor page faults of this process so far: each is a fresh page the OS maps in,
+    which is what a newly allocated output buffer costs on its first write."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
+
+
+def kernel_count(hlo_text: str) -> int:
+    """Instructions of a compiled XLA program's entry computation that do work (fusions,
+    dots, copies...): on XLA:CPU each is one kernel launch, which dominates tiny cells."""
+    entry = hlo_text[hlo_text.index("\nENTRY"):] if "\nENTRY" in hlo_text else ""
+    free = ("parameter(", "constant(", "bitcast(", "tuple(", "get-tuple-element(")
+    return sum(1 for line in entry.splitlines()[1:]
+               if " = " in line and not any(op in line for op in free))
+
+
+def summarize(samples, inner: int = 1, faults=None) -> dict:
     ms = np.asarray(samples) * 1e3
     q25, med, q75 = np.percentile(ms, [25, 50, 75])
-    return {
+    out = {
         "median_ms": float(med), "q25_ms": float(q25), "q75_ms": float(q75),
         "min_ms": float(ms.min()), "max_ms": float(ms.max()),
         "samples_ms": [float(v) for v in ms], "inner": inner,
     }
+    if faults:
+        out["faults_per_call"] = float(np.median(faults))
+    return out
 
 
 def _torch_dtype(name):
@@ -270,6 +296,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                     t0 = time.perf_counter()
                     compiled = jax.jit(jax_mode(fn, mode)).lower(xj).compile()
                     entry["compile_s"] = time.perf_counter() - t0
+                    entry["kernels"] = kernel_count(compiled.as_text())
                     thunk = (lambda c=compiled: c(xj).block_until_ready())
                     y = np.asarray(thunk()).astype(np.float64)
             except Exception as exc:  # noqa: BLE001  a failing peer is reported, not fatal
