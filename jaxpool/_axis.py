@@ -26,18 +26,24 @@ def window_sums(x: jax.Array, plan: PoolPlan) -> jax.Array:
         return _with_custom_tangents(x, steps)
     for step in steps:
         axis, axis_plan, strategy, tangent = step
-        x = (_with_custom_tangents(x, [step]) if tangent == "matrix"
-             else _exact(x, axis, axis_plan, strategy))
+        x = (_exact(x, axis, axis_plan, strategy) if tangent in ("values", "identity")
+             else _with_custom_tangents(x, [step]))
     return x
 
 
 def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
-    """Values axis by axis from the exact strategies, outermost first; derivatives from the
-    window matrices, innermost first, so that reverse mode ends with a product on the
-    innermost axis, which writes the input-sized cotangent in its own layout (the other
-    order ends in a transposed copy of it). The products transpose into products, so no
-    derivative of any order holds a scatter."""
-    matrices = [(axis, window_matrix(p)) for axis, p, _, tangent in steps if tangent == "matrix"]
+    """Values axis by axis from the exact strategies, outermost first; derivatives from
+    each axis's tangent rule (window-matrix products, or ``rows``), innermost first, so that
+    reverse mode ends on the innermost axis and writes the input-sized cotangent in its own
+    layout (the other order ends in a transposed copy of it). Products transpose into
+    products, and ``rows`` into slices and sums, so no derivative of any order holds a
+    scatter."""
+    linear_maps = []
+    for axis, axis_plan, _, tangent in steps:
+        if tangent == "matrix":
+            linear_maps.append(functools.partial(_matmul, axis=axis, matrix=window_matrix(axis_plan)))
+        elif tangent == "rows":
+            linear_maps.append(functools.partial(_rows_tangent, axis=axis, plan=axis_plan))
 
     @jax.custom_jvp
     def pool(x):
@@ -48,8 +54,8 @@ def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
     @pool.defjvp
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        for axis, matrix in reversed(matrices):
-            t = _matmul(t, axis, matrix)
+        for linear_map in reversed(linear_maps):
+            t = linear_map(t)
         return pool(x), t
 
     return pool(x)
@@ -71,12 +77,34 @@ def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
 def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     """Each window's sum written out from single-element slices (exact: a NaN or inf reaches
     only the windows that hold it). Padding holds zeros, so it is skipped, not built."""
-    rows = [lax.slice_in_dim(x, r, r + 1, axis=axis) for r in range(plan.in_size)]
-    windows = []
-    for i in range(plan.out_size):
-        members = [rows[r] for r in plan.real_rows(i)]
-        windows.append(functools.reduce(jnp.add, members))
-    return jnp.concatenate(windows, axis=axis)
+    return _sum_rows(x, axis, [plan.real_rows(i) for i in range(plan.out_size)])
+
+
+def _sum_rows(x: jax.Array, axis: int, groups) -> jax.Array:
+    """Row ``i`` of the result (along ``axis``) is the sum of the rows ``groups[i]`` of ``x``."""
+    rows = {}
+
+    def row(r):
+        if r not in rows:
+            rows[r] = lax.slice_in_dim(x, r, r + 1, axis=axis)
+        return rows[r]
+
+    shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    out = [functools.reduce(jnp.add, [row(r) for r in g]) if g else jnp.zeros(shape, x.dtype)
+           for g in groups]
+    return jnp.concatenate(out, axis=axis)
+
+
+def _rows_tangent(t: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """The window sums of ``t`` along ``axis``, written as the transpose of their own
+    transpose, "each input row is the sum of the windows that hold it": reverse mode
+    transposes it back, and so computes the gradient as slices and sums of the cotangent,
+    one input row at a time."""
+    pooled = t.shape[:axis] + (plan.out_size,) + t.shape[axis + 1:]
+    holding = plan.windows_of_rows()
+    spread = jax.linear_transpose(lambda c: _sum_rows(c, axis, holding),
+                                  jax.ShapeDtypeStruct(pooled, t.dtype))
+    return spread(t)[0]
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:

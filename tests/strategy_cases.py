@@ -32,6 +32,12 @@ CASES = {
     "blocks adaptive channels-last": (lambda x: jaxpool.adaptive_avg_pool2d(x, 3, channels_last=True),
                                       (2, 12, 12, 33),
                            lambda s: plan_adaptive("", s, None, 2, 3, channels_last=True)),
+    "sums channels-last": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4, channels_last=True),
+                           (2, 15, 13, 33),
+                           lambda s: plan_adaptive("", s, None, 2, 4, channels_last=True)),
+    "sums up + blocks channels-last": (
+        lambda x: jaxpool.adaptive_avg_pool2d(x, (9, 3), channels_last=True), (2, 7, 12, 33),
+        lambda s: plan_adaptive("", s, None, 2, (9, 3), channels_last=True)),
     "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (21, 17)), (1, 2, 30, 30),
                lambda s: plan_adaptive("", s, None, 2, (21, 17))),
     "global": (lambda x: jaxpool.global_avg_pool(x), (2, 3, 5, 7), None),

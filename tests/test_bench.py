@@ -48,6 +48,18 @@ def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     assert "python -m jaxpool.bench --grid smoke" in text
 
 
+def test_a_named_section_leaves_the_default_one_alone(tmp_path):
+    from jaxpool.bench import report
+
+    doc = tmp_path / "B.md"
+    doc.write_text("a\n<!-- jaxpool.bench:begin -->\nold\n<!-- jaxpool.bench:end -->\nb\n")
+    report.splice(str(doc), "first\n", *report.markers("other"))
+    report.splice(str(doc), "second\n", *report.markers("other"))
+    text = doc.read_text()
+    assert "\nold\n" in text and "first" not in text
+    assert "<!-- jaxpool.bench:other:begin -->\nsecond\n<!-- jaxpool.bench:other:end -->" in text
+
+
 def test_kernel_count_reads_the_entry_computation():
     import jax
     import jax.numpy as jnp

@@ -24,6 +24,10 @@ TORCH = {
     "blocks channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1),
     "blocks adaptive channels-last":
         lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 3).permute(0, 2, 3, 1),
+    "sums channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 4).permute(0, 2, 3, 1),
+    "sums up + blocks channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (9, 3)).permute(0, 2, 3, 1),
     "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
     "global": lambda t: t.mean(dim=(2, 3)),
     "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),

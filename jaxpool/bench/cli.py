@@ -49,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="also put the table and chart between the bench markers of FILE "
                    "(appended if it has none), e.g. BENCHMARKS.md")
+    p.add_argument("--section", default=None, metavar="NAME",
+                   help="with --markdown, use the markers of section NAME "
+                   "(<!-- jaxpool.bench:NAME:begin/end -->), so one file can hold several runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     args.grid = args.grid or ("quick" if args.quick else "full")
@@ -149,6 +152,12 @@ class _Progress:
             self.bar.advance(self.task)
 
 
+def _environment() -> str:
+    """Settings from the environment that change what the run measures, as a command prefix."""
+    keys = ("GLIBC_TUNABLES", "XLA_FLAGS")
+    return "".join(f"{k}={shlex.quote(os.environ[k])} " for k in keys if os.environ.get(k))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -193,7 +202,7 @@ def main(argv=None) -> int:
         "device": args.device,
         "torch_threads": device.threads,
         "versions": versions(args.sides),
-        "command": shlex.join(["python", "-m", "jaxpool.bench", *argv]),
+        "command": _environment() + shlex.join(["python", "-m", "jaxpool.bench", *argv]),
         "reps": args.reps,
         "min_sample_ms": args.min_sample_ms,
         "side_budget_s": args.side_budget_s,
@@ -207,7 +216,8 @@ def main(argv=None) -> int:
         f.write(report.markdown(results, meta, "chart.png"))
     if args.markdown:
         rel = os.path.relpath(chart_file, os.path.dirname(os.path.abspath(args.markdown)))
-        report.splice(args.markdown, report.markdown(results, meta, rel.replace(os.sep, "/")))
+        report.splice(args.markdown, report.markdown(results, meta, rel.replace(os.sep, "/")),
+                      *report.markers(args.section))
     print(report.markdown(results, meta, None))
     print(f"wrote {os.path.join(args.out, 'results.md')}, results.json and chart.png"
           + (f"; updated {args.markdown}" if args.markdown else ""))

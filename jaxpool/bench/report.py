@@ -196,6 +196,13 @@ def write_json(results: list[dict], meta: dict, path: str) -> None:
         json.dump({"meta": meta, "results": results}, f, indent=1)
 
 
+def markers(section: str | None = None) -> tuple[str, str]:
+    """The begin and end markers of a generated section (the default one without a name)."""
+    if not section:
+        return BEGIN, END
+    return f"<!-- jaxpool.bench:{section}:begin -->", f"<!-- jaxpool.bench:{section}:end -->"
+
+
 def splice(path: str, section: str, begin: str = BEGIN, end: str = END) -> None:
     """Put `section` between the markers `begin` and `end` of file `path` (appended if it has none)."""
     text = ""
