@@ -1,5 +1,7 @@
 """One small case per strategy the library can choose, for the structural tests."""
 
+import torch.nn.functional as F
+
 import jaxpool
 from jaxpool.plan import plan_adaptive, plan_avg_pool
 from jaxpool.windows import STRATEGIES, TANGENTS
@@ -12,10 +14,12 @@ CASES = {
              lambda s: plan_adaptive("", s, None, 2, 4)),
     "sums up": (lambda x: jaxpool.adaptive_avg_pool2d(x, (9, 5)), (2, 3, 7, 3),
                 lambda s: plan_adaptive("", s, None, 2, (9, 5))),
-    "blocks": (lambda x: jaxpool.avg_pool2d(x, 2), (2, 3, 40, 36),
-               lambda s: plan_avg_pool("", s, None, 2, 2)),
-    "blocks long": (lambda x: jaxpool.avg_pool1d(x, 2), (1, 2, 400),
-                    lambda s: plan_avg_pool("", s, None, 1, 2)),
+    "blocks": (lambda x: jaxpool.avg_pool2d(x, 4), (2, 3, 80, 72),
+               lambda s: plan_avg_pool("", s, None, 2, 4)),
+    "blocks long": (lambda x: jaxpool.avg_pool1d(x, 4), (1, 2, 400),
+                    lambda s: plan_avg_pool("", s, None, 1, 4)),
+    "taps short": (lambda x: jaxpool.avg_pool2d(x, 2), (2, 3, 40, 36),
+                   lambda s: plan_avg_pool("", s, None, 2, 2)),
     "repeat": (lambda x: jaxpool.adaptive_avg_pool2d(x, (40, 36)), (1, 2, 4, 3),
                lambda s: plan_adaptive("", s, None, 2, (40, 36))),
     "taps": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
@@ -46,6 +50,31 @@ CASES = {
 }
 
 
+# name -> the same op in torch, taking and returning the case's layout
+TORCH = {
+    "identity+sums": lambda t: F.adaptive_avg_pool2d(t, (6, 2)),
+    "sums": lambda t: F.adaptive_avg_pool2d(t, 4),
+    "sums up": lambda t: F.adaptive_avg_pool2d(t, (9, 5)),
+    "blocks": lambda t: F.avg_pool2d(t, 4),
+    "blocks long": lambda t: F.avg_pool1d(t, 4),
+    "taps short": lambda t: F.avg_pool2d(t, 2),
+    "repeat": lambda t: F.adaptive_avg_pool2d(t, (40, 36)),
+    "taps": lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "taps channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1),
+    "taps long": lambda t: F.avg_pool1d(t, 3, 1, 1),
+    "blocks channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1),
+    "blocks adaptive channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 3).permute(0, 2, 3, 1),
+    "sums channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 4).permute(0, 2, 3, 1),
+    "sums up + blocks channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (9, 3)).permute(0, 2, 3, 1),
+    "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
+    "global": lambda t: t.mean(dim=(2, 3)),
+    "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),
+}
+
+
 def _axes(plan):
     return list(zip(plan.strategies, plan.tangents))
 
@@ -54,6 +83,7 @@ AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axe
 
 
 def test_every_strategy_has_a_case():
+    assert set(TORCH) == set(CASES)
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
     assert {tangent for _, tangent in AXES} == set(TANGENTS)
     # blocks and taps both with derivatives from the window matrix and from their values

@@ -11,7 +11,7 @@ import torch
 from jax.test_util import check_grads
 
 import jaxpool
-from strategy_cases import CASES, test_every_strategy_has_a_case  # noqa: F401
+from strategy_cases import CASES, TORCH, test_every_strategy_has_a_case  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -73,23 +73,11 @@ def test_the_scatter_check_can_fail():
     assert any("scatter" in op for op in ops)
 
 
-TORCH = {
-    "sums": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 4),
-    "sums up": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (9, 5)),
-    "matrix": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (21, 17)),
-    "taps": lambda t: torch.nn.functional.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
-                                                     count_include_pad=False),
-    "repeat": lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (40, 36)),
-    "blocks": lambda t: torch.nn.functional.avg_pool2d(t, 2),
-    "blocks long": lambda t: torch.nn.functional.avg_pool1d(t, 2),
-    "taps long": lambda t: torch.nn.functional.avg_pool1d(t, 3, 1, 1),
-}
 
 
 @pytest.mark.parametrize("name", list(TORCH))
 def test_hessian_vector_product_matches_torch(name, rng):
     pool, shape, _ = CASES[name]
-    torch_fns = TORCH
     x = rng.standard_normal(shape)
     v = rng.standard_normal(shape)
     w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
@@ -97,7 +85,7 @@ def test_hessian_vector_product_matches_torch(name, rng):
     hvp = jax.jvp(jax.grad(f), (jnp.asarray(x),), (jnp.asarray(v),))[1]
     wt = torch.tensor(w)
     _, expected = torch.autograd.functional.hvp(
-        lambda t: (wt * torch.tanh(torch_fns[name](t)) ** 2).sum(), torch.tensor(x),
+        lambda t: (wt * torch.tanh(TORCH[name](t)) ** 2).sum(), torch.tensor(x),
         torch.tensor(v))
     np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
 

@@ -5,33 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import jaxpool
 
-from strategy_cases import CASES
+from strategy_cases import CASES, TORCH
 
-TORCH = {
-    "identity+sums": lambda t: F.adaptive_avg_pool2d(t, (6, 2)),
-    "sums": lambda t: F.adaptive_avg_pool2d(t, 4),
-    "sums up": lambda t: F.adaptive_avg_pool2d(t, (9, 5)),
-    "blocks": lambda t: F.avg_pool2d(t, 2),
-    "blocks long": lambda t: F.avg_pool1d(t, 2),
-    "repeat": lambda t: F.adaptive_avg_pool2d(t, (40, 36)),
-    "taps": lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-    "taps channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1),
-    "taps long": lambda t: F.avg_pool1d(t, 3, 1, 1),
-    "blocks channels-last": lambda t: F.avg_pool2d(t.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1),
-    "blocks adaptive channels-last":
-        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 3).permute(0, 2, 3, 1),
-    "sums channels-last":
-        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 4).permute(0, 2, 3, 1),
-    "sums up + blocks channels-last":
-        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (9, 3)).permute(0, 2, 3, 1),
-    "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
-    "global": lambda t: t.mean(dim=(2, 3)),
-    "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),
-}
 
 
 def _same_pattern(got, expected):
