@@ -44,6 +44,8 @@ def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
             linear_maps.append(functools.partial(_matmul, axis=axis, matrix=window_matrix(axis_plan)))
         elif tangent == "rows":
             linear_maps.append(functools.partial(_rows_tangent, axis=axis, plan=axis_plan))
+        elif tangent == "taps":
+            linear_maps.append(functools.partial(_padded_taps, axis=axis, plan=axis_plan))
 
     @jax.custom_jvp
     def pool(x):
@@ -142,10 +144,41 @@ def _repeat(x: jax.Array, axis: int, factor: int) -> jax.Array:
 def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     """Equal windows at a fixed stride: one strided slice per offset inside the window.
 
-    Each offset's slice is taken from the unpadded input and only the slice is padded
-    (with the windows whose element at that offset lies in the padding): padding the input
-    itself would write a padded copy of it first.
+    The windows that hold an element at every offset (all but a few at the edges) are
+    summed from one strided slice per offset of the unpadded input; the edge windows,
+    which reach into the padding, are summed element by element and concatenated on.
+    Padding each offset's slice instead (``_padded_taps``) made XLA write each padded
+    slice out (ceil_mode 16x64x56x56 k3 s2 p1: 1.33 -> 0.64 ms); its derivatives, though,
+    are the faster ones, so ``taps`` takes its tangent from ``_padded_taps``.
     """
+    length, stride, k, n = plan.lengths[0], plan.stride, plan.out_size, plan.in_size
+    # window i reads input element i*stride + offset - pad_lo, for windows first..last
+    spans = []
+    for offset in range(length):
+        first = max(0, -(-(plan.pad_lo - offset) // stride))
+        last = min(k - 1, (n - 1 + plan.pad_lo - offset) // stride)
+        spans.append((offset, first, last))
+    lo = max(first for _, first, _ in spans)
+    hi = min(last for _, _, last in spans)
+    if hi < lo:
+        return _sums(x, axis, plan)
+    interior = None
+    for offset, _, _ in spans:
+        start = lo * stride + offset - plan.pad_lo
+        tap = lax.slice_in_dim(x, start, start + (hi - lo) * stride + 1, stride, axis)
+        interior = tap if interior is None else interior + tap
+    edges = range(lo), range(hi + 1, k)
+    head, tail = (_sum_rows(x, axis, [plan.real_rows(i) for i in e]) if e else None
+                  for e in edges)
+    parts = [p for p in (head, interior, tail) if p is not None]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+
+
+def _padded_taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """The same sums as ``_taps``, as one strided slice per offset of the unpadded input,
+    each padded with the windows whose element at that offset lies in the padding. As a
+    tangent rule it differentiates well (strided slices and pads transpose into each
+    other); as values XLA writes each padded slice out."""
     length, stride, k, n = plan.lengths[0], plan.stride, plan.out_size, plan.in_size
     total = None
     for offset in range(length):
