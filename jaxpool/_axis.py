@@ -22,7 +22,10 @@ from jaxpool.windows import AxisPlan
 def window_sums(x: jax.Array, plan: PoolPlan) -> jax.Array:
     """Sum the windows of every spatial axis of ``x`` (laid out as ``plan.input_shape``)."""
     steps = list(zip(plan.spatial_axes, plan.axes, plan.strategies, plan.tangents))
-    if "values" not in plan.tangents:
+    # One rule for the whole op when every axis's tangent is a product or rows: reverse
+    # mode then ends on the innermost axis. Strided-slice tangents are better last (as
+    # when each axis has its own rule): 32x256x14x14 k2 gradient 1.4 -> 0.96 ms.
+    if all(t in ("identity", "matrix", "rows") for t in plan.tangents):
         return _with_custom_tangents(x, steps)
     for step in steps:
         axis, axis_plan, strategy, tangent = step
