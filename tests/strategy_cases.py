@@ -33,9 +33,9 @@ CASES = {
     "blocks channels-last": (lambda x: jaxpool.avg_pool2d(x, 2, channels_last=True),
                              (2, 40, 36, 3),
                              lambda s: plan_avg_pool("", s, None, 2, 2, channels_last=True)),
-    "blocks adaptive channels-last": (lambda x: jaxpool.adaptive_avg_pool2d(x, 3, channels_last=True),
-                                      (2, 12, 12, 33),
-                           lambda s: plan_adaptive("", s, None, 2, 3, channels_last=True)),
+    "blocks adaptive channels-last": (
+        lambda x: jaxpool.adaptive_avg_pool2d(x, 3, channels_last=True), (2, 12, 12, 33),
+        lambda s: plan_adaptive("", s, None, 2, 3, channels_last=True)),
     "sums channels-last": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4, channels_last=True),
                            (2, 15, 13, 33),
                            lambda s: plan_adaptive("", s, None, 2, 4, channels_last=True)),
