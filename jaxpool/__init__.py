@@ -1,16 +1,22 @@
-"""jaxpool: torch-exact average pooling for JAX, scatter-free to any derivative order."""
+"""jaxpool: torch's pooling for JAX, exact, deterministic and scatter-free to any derivative
+order."""
 
 from jaxpool import shapes
 from jaxpool.ops import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
-                         adaptive_avg_pool3d, avg_pool, avg_pool1d, avg_pool2d, avg_pool3d,
-                         global_avg_pool)
+                         adaptive_avg_pool3d, adaptive_max_pool, adaptive_max_pool1d,
+                         adaptive_max_pool2d, adaptive_max_pool3d, avg_pool, avg_pool1d,
+                         avg_pool2d, avg_pool3d, global_avg_pool, global_max_pool, lp_pool,
+                         lp_pool1d, lp_pool2d, lp_pool3d, max_pool, max_pool1d, max_pool2d,
+                         max_pool3d)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "adaptive_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-    "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d", "global_avg_pool", "shapes",
-    "linen", "nnx",
+    "adaptive_max_pool", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d", "global_avg_pool",
+    "global_max_pool", "lp_pool", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool",
+    "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx",
 ]
 
 

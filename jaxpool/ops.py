@@ -2,36 +2,44 @@
 
 Layout: channels-first by default (``[B, C, *spatial]`` or unbatched ``[C, *spatial]``, as
 torch); ``channels_last=True`` takes and returns ``[B, *spatial, C]`` (or ``[*spatial, C]``).
+
+Every function checks its arguments in plain Python (:mod:`jaxpool.plan`), then runs one
+compiled program per plan, input shape and dtype: called eagerly it is compiled once and
+cached; under an outer ``jax.jit`` it is inlined, so the traced program is the same.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from typing import Literal, Sequence, Union, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from jaxpool import _axis
-from jaxpool.plan import PoolPlan, plan_adaptive, plan_avg_pool, plan_global
+from jaxpool import _axis, _checks, _select
+from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
+                          plan_global, plan_lp_pool, plan_max_pool)
 
+Size = Union[int, Sequence[int]]
+"""An int for every spatial axis, or one entry per axis (a 1-sequence is repeated)."""
+OutputSize = Union[int, None, Sequence[Union[int, None]]]
+"""Like :data:`Size`; ``None`` keeps that axis's extent."""
+
+
+# --- the compiled programs: one per plan (static, hashable), shape and dtype ------------
 
 def _compute_dtype(dtype):
     # Half precision accumulates in float32 and rounds once at the end, as torch on the CPU.
     return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
 
 
-def _static(x):
-    """The input as something with a static ``shape`` and ``dtype``, without converting it
-    (a conversion could change the dtype before the checks see it)."""
-    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
-
-
-def _run(plan: PoolPlan, x: jax.Array) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=0, inline=True)
+def _mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
-    y = x.astype(_compute_dtype(dtype))
-    # Outermost axis first: there slices and sums run over contiguous rows.
-    y = _axis.window_sums(y, plan)
+    y = _axis.window_sums(x.astype(_compute_dtype(dtype)), plan)
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
 
 
@@ -46,75 +54,597 @@ def _divisor(plan: PoolPlan, rank: int, dtype):
     return jnp.asarray(divisor.reshape(shape), dtype)
 
 
-def _avg_pool(ndim: int, name: str):
-    def avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True, divisor_override=None, *, channels_last=False):
-        x = _static(x)
-        plan = plan_avg_pool(name, x.shape, x.dtype, ndim, kernel_size, stride, padding,
-                             ceil_mode, count_include_pad, divisor_override, channels_last)
-        return _run(plan, jnp.asarray(x))
-
-    avg_pool.__name__ = avg_pool.__qualname__ = name
-    return avg_pool
+@functools.partial(jax.jit, static_argnums=(0, 2), inline=True)
+def _max(plan: PoolPlan, x: jax.Array, return_indices: bool):
+    values, indices = _select.window_max(x, plan, return_indices)
+    return (values, indices) if return_indices else values
 
 
-def _adaptive_avg_pool(ndim: int, name: str):
-    def adaptive_avg_pool(x, output_size, *, channels_last=False):
-        x = _static(x)
-        plan = plan_adaptive(name, x.shape, x.dtype, ndim, output_size, channels_last)
-        return _run(plan, jnp.asarray(x))
+@functools.partial(jax.jit, static_argnums=(0, 2), inline=True)
+def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
+    # torch: avg_pool(x**p) * prod(kernel), its sign times relu of its magnitude, ** (1/p).
+    dtype = x.dtype
+    y = x.astype(_compute_dtype(dtype))
+    power = int(norm_type) if float(norm_type).is_integer() else norm_type
+    mean = _mean(plan, y ** power)
+    kernel = math.prod(len(p.real_rows(0)) + 0 * p.pad_lo for p in plan.axes)
+    kernel = math.prod(p.stops[0] - p.starts[0] for p in plan.axes)
+    total = jnp.sign(mean) * jax.nn.relu(jnp.abs(mean)) * kernel
+    return (total ** (1.0 / norm_type)).astype(dtype)
 
-    adaptive_avg_pool.__name__ = adaptive_avg_pool.__qualname__ = name
-    return adaptive_avg_pool
+
+@functools.partial(jax.jit, static_argnums=0, inline=True)
+def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
+    dtype = x.dtype
+    total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
+    return (total / (plan.axes[0].in_size * plan.axes[1].in_size)).astype(dtype)
 
 
-_AVG_DOC = """{d}d average pooling with torch.nn.functional.avg_pool{d}d's semantics.
+def _static(op: str, x: ArrayLike):
+    """The input as something with a static ``shape`` and ``dtype``, without converting it
+    (a conversion could change the dtype before the checks see it)."""
+    getattr(_checks, "check_array", lambda op, x: None)(op, x)  # TODO(integration)
+    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
 
-    x: ``[B, C, {sp}]`` or ``[C, {sp}]``; with ``channels_last=True``, ``[B, {sp}, C]`` or
-    ``[{sp}, C]``. Returns the same layout with each spatial extent
-    ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``, where the
-    last window may not start inside the right padding).
 
-    kernel_size, stride, padding: an int or {d} ints. ``stride`` None or 0 means
-    ``kernel_size``. ``padding`` is at most ``kernel_size // 2``. ``count_include_pad``
-    counts padded zeros in the divisor; ``divisor_override`` replaces the divisor.
-    float16/bfloat16 accumulate in float32 and round once.
+def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override, channels_last) -> jax.Array:
+    x = _static(op, x)
+    plan = plan_avg_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding,
+                         ceil_mode, count_include_pad, divisor_override, channels_last)
+    return _mean(plan, jnp.asarray(x))
+
+
+def _adaptive_avg_pool(op, ndim, x, output_size, channels_last) -> jax.Array:
+    x = _static(op, x)
+    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
+    return _mean(plan, jnp.asarray(x))
+
+
+def _max_pool(op, ndim, x, kernel_size, stride, padding, dilation, ceil_mode,
+              return_indices, channels_last):
+    x = _static(op, x)
+    plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding, dilation,
+                         ceil_mode, channels_last)
+    return _max(plan, jnp.asarray(x), _checks.check_bool("return_indices", return_indices))
+
+
+def _adaptive_max_pool(op, ndim, x, output_size, return_indices, channels_last):
+    x = _static(op, x)
+    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
+    return _max(plan, jnp.asarray(x), _checks.check_bool("return_indices", return_indices))
+
+
+def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_last):
+    x = _static(op, x)
+    norm_type = check_norm_type(norm_type)
+    if math.isinf(norm_type):
+        # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
+        plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, 0, 1,
+                             ceil_mode, channels_last)
+        magnitude = jnp.abs(jnp.asarray(x))
+        return (_max(plan, magnitude, False) if norm_type > 0
+                else -_max(plan, -magnitude, False))
+    plan = plan_lp_pool(op, x.shape, x.dtype, ndim, norm_type, kernel_size, stride,
+                        ceil_mode, channels_last)
+    return _power_mean(plan, jnp.asarray(x), norm_type)
+
+
+# --- the public functions ---------------------------------------------------------------
+
+def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> jax.Array:
+    """1d average pooling, as ``torch.nn.functional.avg_pool1d`` (which lacks ``divisor_override``).
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``;
+        with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      kernel_size, stride, padding: an int or one per spatial axis. ``stride`` None, 0 or
+        empty means ``kernel_size``; ``padding`` (zeros) is at most ``kernel_size // 2``.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      count_include_pad: count the padded zeros in each window's divisor.
+      divisor_override: divide every window's sum by this instead.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype; each spatial extent
+      ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+      float16/bfloat16 accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.avg_pool1d(jnp.ones((8, 16, 100)), 2).shape
+      (8, 16, 50)
     """
+    return _avg_pool("avg_pool1d", 1, x, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override, channels_last)
 
-_ADAPTIVE_DOC = """{d}d adaptive average pooling with torch.nn.functional.adaptive_avg_pool{d}d's
-    semantics.
+def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> jax.Array:
+    """2d average pooling, as ``torch.nn.functional.avg_pool2d``.
 
-    x: ``[B, C, {sp}]`` or ``[C, {sp}]``; with ``channels_last=True``, ``[B, {sp}, C]`` or
-    ``[{sp}, C]``. output_size: an int or {d} entries, each >= 1 or None (keep that extent).
-    Output window ``i`` of an axis of extent n pooled to k covers
-    ``[floor(i*n/k), ceil((i+1)*n/k))``: ragged and overlapping when k does not divide n,
-    repeating elements when k > n.
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``;
+        with ``channels_last``, ``[B, H, W, C]`` or ``[H, W, C]``.
+      kernel_size, stride, padding: an int or one per spatial axis. ``stride`` None, 0 or
+        empty means ``kernel_size``; ``padding`` (zeros) is at most ``kernel_size // 2``.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      count_include_pad: count the padded zeros in each window's divisor.
+      divisor_override: divide every window's sum by this instead.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype; each spatial extent
+      ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+      float16/bfloat16 accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.avg_pool2d(jnp.ones((8, 16, 32, 32)), 2).shape
+      (8, 16, 16, 16)
     """
+    return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override, channels_last)
 
-_SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
+def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> jax.Array:
+    """3d average pooling, as ``torch.nn.functional.avg_pool3d``.
 
-avg_pool1d = _avg_pool(1, "avg_pool1d")
-avg_pool2d = _avg_pool(2, "avg_pool2d")
-avg_pool3d = _avg_pool(3, "avg_pool3d")
-adaptive_avg_pool1d = _adaptive_avg_pool(1, "adaptive_avg_pool1d")
-adaptive_avg_pool2d = _adaptive_avg_pool(2, "adaptive_avg_pool2d")
-adaptive_avg_pool3d = _adaptive_avg_pool(3, "adaptive_avg_pool3d")
-for _d, _fn in ((1, avg_pool1d), (2, avg_pool2d), (3, avg_pool3d)):
-    _fn.__doc__ = _AVG_DOC.format(d=_d, sp=_SPATIAL[_d])
-for _d, _fn in ((1, adaptive_avg_pool1d), (2, adaptive_avg_pool2d), (3, adaptive_avg_pool3d)):
-    _fn.__doc__ = _ADAPTIVE_DOC.format(d=_d, sp=_SPATIAL[_d])
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``;
+        with ``channels_last``, ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      kernel_size, stride, padding: an int or one per spatial axis. ``stride`` None, 0 or
+        empty means ``kernel_size``; ``padding`` (zeros) is at most ``kernel_size // 2``.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      count_include_pad: count the padded zeros in each window's divisor.
+      divisor_override: divide every window's sum by this instead.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype; each spatial extent
+      ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+      float16/bfloat16 accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.avg_pool3d(jnp.ones((2, 16, 8, 32, 32)), 2).shape
+      (2, 16, 4, 16, 16)
+    """
+    return _avg_pool("avg_pool3d", 3, x, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override, channels_last)
+
+def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+                        ) -> jax.Array:
+    """1d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool1d``.
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``;
+        with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+        Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
+        ragged and overlapping when k does not divide n, repeating elements when k > n.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
+      accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.adaptive_avg_pool1d(jnp.ones((8, 16, 100)), 7).shape
+      (8, 16, 7)
+    """
+    return _adaptive_avg_pool("adaptive_avg_pool1d", 1, x, output_size, channels_last)
+
+def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+                        ) -> jax.Array:
+    """2d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
+
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``;
+        with ``channels_last``, ``[B, H, W, C]`` or ``[H, W, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+        Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
+        ragged and overlapping when k does not divide n, repeating elements when k > n.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
+      accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.adaptive_avg_pool2d(jnp.ones((8, 16, 32, 32)), 7).shape
+      (8, 16, 7, 7)
+    """
+    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size, channels_last)
+
+def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+                        ) -> jax.Array:
+    """3d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool3d``.
+
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``;
+        with ``channels_last``, ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+        Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
+        ragged and overlapping when k does not divide n, repeating elements when k > n.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
+      accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.adaptive_avg_pool3d(jnp.ones((2, 16, 8, 32, 32)), 7).shape
+      (2, 16, 7, 7, 7)
+    """
+    return _adaptive_avg_pool("adaptive_avg_pool3d", 3, x, output_size, channels_last)
+
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
+               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """1d max pooling, as ``torch.nn.functional.max_pool1d``.
+
+    Each window yields the element torch picks: its first maximal element in row-major
+    order, or its last NaN. Padding is never picked. Every derivative sends a window's
+    whole derivative to that element, and holds no scatter or gather.
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``;
+        with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      kernel_size, stride, padding, dilation: an int or one per spatial axis. ``stride``
+        None, 0 or empty means ``kernel_size``; ``padding`` is at most ``kernel_size // 2``;
+        window taps are ``dilation`` apart.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      return_indices: also return each picked element's flat index in its input plane
+        (``l``), torch's indices: int64 under ``jax_enable_x64``, else int32.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
+      ``floor((n + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``). With ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.max_pool1d(jnp.ones((8, 16, 100)), 3, 2, 1).shape
+      (8, 16, 50)
+    """
+    return _max_pool("max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices, channels_last)
+
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
+               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """2d max pooling, as ``torch.nn.functional.max_pool2d``.
+
+    Each window yields the element torch picks: its first maximal element in row-major
+    order, or its last NaN. Padding is never picked. Every derivative sends a window's
+    whole derivative to that element, and holds no scatter or gather.
+
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``;
+        with ``channels_last``, ``[B, H, W, C]`` or ``[H, W, C]``.
+      kernel_size, stride, padding, dilation: an int or one per spatial axis. ``stride``
+        None, 0 or empty means ``kernel_size``; ``padding`` is at most ``kernel_size // 2``;
+        window taps are ``dilation`` apart.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      return_indices: also return each picked element's flat index in its input plane
+        (``h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
+      ``floor((n + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``). With ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.max_pool2d(jnp.ones((8, 16, 32, 32)), 3, 2, 1).shape
+      (8, 16, 16, 16)
+    """
+    return _max_pool("max_pool2d", 2, x, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices, channels_last)
+
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
+               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
+               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """3d max pooling, as ``torch.nn.functional.max_pool3d``.
+
+    Each window yields the element torch picks: its first maximal element in row-major
+    order, or its last NaN. Padding is never picked. Every derivative sends a window's
+    whole derivative to that element, and holds no scatter or gather.
+
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``;
+        with ``channels_last``, ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      kernel_size, stride, padding, dilation: an int or one per spatial axis. ``stride``
+        None, 0 or empty means ``kernel_size``; ``padding`` is at most ``kernel_size // 2``;
+        window taps are ``dilation`` apart.
+      ceil_mode: round each output extent up (no window starts in the right padding).
+      return_indices: also return each picked element's flat index in its input plane
+        (``d*H*W + h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
+      ``floor((n + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``). With ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.max_pool3d(jnp.ones((2, 16, 8, 32, 32)), 3, 2, 1).shape
+      (2, 16, 4, 16, 16)
+    """
+    return _max_pool("max_pool3d", 3, x, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices, channels_last)
+
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
+                        *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """1d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool1d``.
+
+    Windows as :func:`adaptive_avg_pool1d` (ragged ones too), picks as :func:`max_pool1d`.
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``;
+        with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+      return_indices: also return torch's flat per-plane indices of the picked elements
+        (int64 under ``jax_enable_x64``, else int32).
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``; with
+      ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.adaptive_max_pool1d(jnp.ones((8, 16, 100)), 1).shape
+      (8, 16, 1)
+    """
+    return _adaptive_max_pool("adaptive_max_pool1d", 1, x, output_size, return_indices,
+                              channels_last)
+
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
+                        *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """2d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool2d``.
+
+    Windows as :func:`adaptive_avg_pool2d` (ragged ones too), picks as :func:`max_pool2d`.
+
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``;
+        with ``channels_last``, ``[B, H, W, C]`` or ``[H, W, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+      return_indices: also return torch's flat per-plane indices of the picked elements
+        (int64 under ``jax_enable_x64``, else int32).
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``; with
+      ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.adaptive_max_pool2d(jnp.ones((8, 16, 32, 32)), 1).shape
+      (8, 16, 1, 1)
+    """
+    return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices,
+                              channels_last)
+
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
+                        *, channels_last: bool = False) -> jax.Array: ...
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
+                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """3d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool3d``.
+
+    Windows as :func:`adaptive_avg_pool3d` (ragged ones too), picks as :func:`max_pool3d`.
+
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``;
+        with ``channels_last``, ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      output_size: an int or one per spatial axis, each >= 1 or None (keep that extent).
+      return_indices: also return torch's flat per-plane indices of the picked elements
+        (int64 under ``jax_enable_x64``, else int32).
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the spatial extents ``output_size``; with
+      ``return_indices``, ``(values, indices)``.
+
+    Example:
+      >>> jaxpool.adaptive_max_pool3d(jnp.ones((2, 16, 8, 32, 32)), 1).shape
+      (2, 16, 1, 1, 1)
+    """
+    return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, return_indices,
+                              channels_last)
+
+def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+    """1d power-average pooling, as ``torch.nn.functional.lp_pool1d``.
+
+    torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
+    ``x**p`` (the average times the kernel volume, so ceil-mode edge windows are scaled
+    as torch scales them); ``p = inf`` is max pooling of ``|x|``, ``p = -inf`` minus max
+    pooling of ``-|x|``. No padding.
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``;
+        with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      norm_type: ``p``, any non-zero real number or +-inf.
+      kernel_size, stride: an int or one per spatial axis (``stride`` None, 0 or empty
+        means ``kernel_size``).
+      ceil_mode: round each output extent up.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype, shaped as :func:`avg_pool1d` without padding.
+      float16/bfloat16 compute in float32 and round once.
+
+    Example:
+      >>> jaxpool.lp_pool1d(jnp.ones((8, 16, 100)), 2, 2).shape
+      (8, 16, 50)
+    """
+    return _lp_pool("lp_pool1d", 1, x, norm_type, kernel_size, stride, ceil_mode,
+                    channels_last)
+
+def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+    """2d power-average pooling, as ``torch.nn.functional.lp_pool2d``.
+
+    torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
+    ``x**p`` (the average times the kernel volume, so ceil-mode edge windows are scaled
+    as torch scales them); ``p = inf`` is max pooling of ``|x|``, ``p = -inf`` minus max
+    pooling of ``-|x|``. No padding.
+
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``;
+        with ``channels_last``, ``[B, H, W, C]`` or ``[H, W, C]``.
+      norm_type: ``p``, any non-zero real number or +-inf.
+      kernel_size, stride: an int or one per spatial axis (``stride`` None, 0 or empty
+        means ``kernel_size``).
+      ceil_mode: round each output extent up.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype, shaped as :func:`avg_pool2d` without padding.
+      float16/bfloat16 compute in float32 and round once.
+
+    Example:
+      >>> jaxpool.lp_pool2d(jnp.ones((8, 16, 32, 32)), 2, 2).shape
+      (8, 16, 16, 16)
+    """
+    return _lp_pool("lp_pool2d", 2, x, norm_type, kernel_size, stride, ceil_mode,
+                    channels_last)
+
+def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+    """3d power-average pooling, as ``torch.nn.functional.lp_pool3d``.
+
+    torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
+    ``x**p`` (the average times the kernel volume, so ceil-mode edge windows are scaled
+    as torch scales them); ``p = inf`` is max pooling of ``|x|``, ``p = -inf`` minus max
+    pooling of ``-|x|``. No padding.
+
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``;
+        with ``channels_last``, ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      norm_type: ``p``, any non-zero real number or +-inf.
+      kernel_size, stride: an int or one per spatial axis (``stride`` None, 0 or empty
+        means ``kernel_size``).
+      ceil_mode: round each output extent up.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype, shaped as :func:`avg_pool3d` without padding.
+      float16/bfloat16 compute in float32 and round once.
+
+    Example:
+      >>> jaxpool.lp_pool3d(jnp.ones((2, 16, 8, 32, 32)), 2, 2).shape
+      (2, 16, 4, 16, 16)
+    """
+    return _lp_pool("lp_pool3d", 3, x, norm_type, kernel_size, stride, ceil_mode,
+                    channels_last)
+
+
+def global_avg_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
+    """Mean over the spatial axes of a rank-4 input: ``x.mean((2, 3))`` in torch.
+
+    Args:
+      x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``[B, C]`` in ``x``'s dtype. float16/bfloat16 accumulate in float32 and round once.
+
+    Example:
+      >>> jaxpool.global_avg_pool(jnp.ones((8, 512, 7, 7))).shape
+      (8, 512)
+    """
+    x = _static("global_avg_pool", x)
+    plan = plan_global("global_avg_pool", x.shape, x.dtype, channels_last)
+    return _global_mean(plan, jnp.asarray(x))
+
+
+def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
+    """Maximum over the spatial axes of a rank-4 input: ``torch.amax(x, (2, 3))``'s values,
+    with torch's pick (``adaptive_max_pool2d(x, 1)``) for derivatives.
+
+    Args:
+      x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``[B, C]`` in ``x``'s dtype.
+
+    Example:
+      >>> jaxpool.global_max_pool(jnp.ones((8, 512, 7, 7))).shape
+      (8, 512)
+    """
+    x = _static("global_max_pool", x)
+    plan = plan_global("global_max_pool", x.shape, x.dtype, channels_last)
+    return _max(plan, jnp.asarray(x), False).reshape(plan.output_shape[0], -1)
+
 
 avg_pool = avg_pool2d
 adaptive_avg_pool = adaptive_avg_pool2d
-
-
-def global_avg_pool(x, *, channels_last=False):
-    """Mean over the spatial axes: ``[B, C, H, W] -> [B, C]`` (``[B, H, W, C] -> [B, C]``
-    with ``channels_last=True``). Rank 4 only. Half precision accumulates in float32."""
-    x = _static(x)
-    plan = plan_global("global_avg_pool", x.shape, x.dtype, channels_last)
-    x = jnp.asarray(x)
-    dtype = x.dtype
-    total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
-    count = plan.axes[0].in_size * plan.axes[1].in_size
-    return (total / count).astype(dtype)
+max_pool = max_pool2d
+adaptive_max_pool = adaptive_max_pool2d
+lp_pool = lp_pool2d

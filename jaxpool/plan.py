@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from jaxpool import _checks
-from jaxpool.windows import AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan
+from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
+                             max_pool_plan)
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,7 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
                   channels_last=False) -> PoolPlan:
     channels_last = _checks.check_channels_last(channels_last)
     kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
-    if stride is None:
-        stride = 0
-    strides = _checks.int_tuple("stride", stride, ndim, minimum=0)
-    strides = tuple(s if s else k for s, k in zip(strides, kernel))
+    strides = _default_stride(stride, kernel, ndim)
     pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
     ceil_mode = _checks.check_bool("ceil_mode", ceil_mode)
     count_include_pad = _checks.check_bool("count_include_pad", count_include_pad)
@@ -73,11 +73,7 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
             raise ValueError(f"divisor_override must be None or a non-zero int within "
                              f"+-{_checks.INT_MAX}, got {divisor_override!r}")
         divisor_override = int(divisor_override)
-    for k, p in zip(kernel, pads):
-        if p > k // 2:
-            raise ValueError(f"padding must be at most half the kernel (kernel_size // 2) on "
-                             f"each axis, got padding={padding!r} with "
-                             f"kernel_size={kernel_size!r}")
+    _check_padding(kernel, pads, kernel_size, padding)
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     for n, k, s, p in zip(spatial, kernel, strides, pads):
         if n + 2 * p < k or avg_pool_out_size(n, k, s, p, ceil_mode) < 1:
@@ -107,3 +103,63 @@ def plan_global(op: str, shape, dtype, channels_last=False) -> PoolPlan:
                                         batched_only=True)
     axes = tuple(adaptive_plan(n, 1) for n in spatial)
     return PoolPlan(tuple(shape), _spatial_axes(len(shape), 2, channels_last), axes)
+
+
+def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, padding=0,
+                  dilation=1, ceil_mode=False, channels_last=False) -> PoolPlan:
+    """torch's max_pool windows: ``dilation`` apart, padding never selected."""
+    channels_last = _checks.check_channels_last(channels_last)
+    kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
+    strides = _default_stride(stride, kernel, ndim)
+    pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
+    dilations = _checks.int_tuple("dilation", dilation, ndim, minimum=1)
+    ceil_mode = _checks.check_bool("ceil_mode", ceil_mode)
+    _check_padding(kernel, pads, kernel_size, padding)
+    _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
+    for n, k, s, p, d in zip(spatial, kernel, strides, pads, dilations):
+        if avg_pool_out_size(n, k, s, p, ceil_mode, d) < 1:
+            raise ValueError(f"kernel_size={kernel_size!r} with dilation={dilation!r} spans "
+                             f"more than the padded input: spatial extents {spatial} with "
+                             f"padding={padding!r}; each axis needs "
+                             f"dilation*(kernel_size-1) + 1 <= extent + 2*padding")
+    axes = tuple(max_pool_plan(n, k, s, p, d, ceil_mode)
+                 for n, k, s, p, d in zip(spatial, kernel, strides, pads, dilations))
+    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
+
+
+def plan_lp_pool(op: str, shape, dtype, ndim: int, norm_type, kernel_size, stride=None,
+                 ceil_mode=False, channels_last=False) -> PoolPlan:
+    """torch's lp_pool windows: average pooling's, with no padding."""
+    check_norm_type(norm_type)
+    return plan_avg_pool(op, shape, dtype, ndim, kernel_size, stride, 0, ceil_mode, True,
+                         None, channels_last)
+
+
+def check_norm_type(norm_type) -> float:
+    """``lp_pool``'s ``p``: any non-zero real, ``inf`` and ``-inf`` included (max pooling of
+    ``|x|``, and its negative of ``-|x|``, as torch)."""
+    if isinstance(norm_type, (bool, np.bool_)) or not isinstance(norm_type, (int, float,
+                                                                             np.number)):
+        raise TypeError(f"norm_type must be a non-zero real number (inf allowed), "
+                        f"got {norm_type!r}")
+    if norm_type == 0 or math.isnan(norm_type):
+        raise ValueError(f"norm_type must be a non-zero real number (inf allowed), "
+                         f"got {norm_type!r}: the result is the 1/norm_type power")
+    return float(norm_type)
+
+
+def _default_stride(stride, kernel: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """``stride`` None, 0 or empty means ``kernel_size``."""
+    if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
+        stride = 0
+    strides = _checks.int_tuple("stride", stride, ndim, minimum=0)
+    return tuple(s if s else k for s, k in zip(strides, kernel))
+
+
+def _check_padding(kernel, pads, kernel_size, padding) -> None:
+    # torch's rule for every pooling op, dilated or not: half the kernel, not of its span.
+    for k, p in zip(kernel, pads):
+        if p > k // 2:
+            raise ValueError(f"padding must be at most half the kernel (kernel_size // 2) on "
+                             f"each axis, got padding={padding!r} with "
+                             f"kernel_size={kernel_size!r}")

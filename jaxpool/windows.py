@@ -44,8 +44,9 @@ MIN_BROADCAST_ROW = 32
 class AxisPlan:
     """How to pool one axis of extent ``in_size`` into ``out_size`` windows.
 
-    Window ``i`` sums ``padded[starts[i]:stops[i]]`` where ``padded`` is the input with
-    ``pad_lo`` zeros before it; ``divisors[i]`` is torch's per-axis count for that window.
+    Window ``i`` holds ``padded[starts[i]:stops[i]:dilation]`` where ``padded`` is the input
+    with ``pad_lo`` padding elements before it (zeros for a sum, never selected by a max);
+    ``divisors[i]`` is torch's per-axis count for that window (average pooling only).
     """
 
     in_size: int
@@ -54,6 +55,7 @@ class AxisPlan:
     starts: tuple[int, ...]
     stops: tuple[int, ...]
     divisors: tuple[int, ...]
+    dilation: int = 1
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -190,10 +192,11 @@ def adaptive_plan(in_size: int, out_size: int) -> AxisPlan:
 
 
 def avg_pool_out_size(in_size: int, kernel: int, stride: int, padding: int,
-                      ceil_mode: bool) -> int:
+                      ceil_mode: bool, dilation: int = 1) -> int:
     """torch's ``pooling_output_shape``: floor (or ceil) division, and with ``ceil_mode`` the
-    last window may not start inside the right padding."""
-    span = in_size + 2 * padding - kernel
+    last window may not start inside the right padding. ``kernel`` spans
+    ``dilation * (kernel - 1) + 1`` elements."""
+    span = in_size + 2 * padding - dilation * (kernel - 1) - 1
     out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
     if ceil_mode and (out - 1) * stride >= in_size + padding:
         out -= 1
@@ -220,3 +223,68 @@ def avg_pool_plan(in_size: int, kernel: int, stride: int, padding: int, ceil_mod
     # window keeps its full kernel length (uniform windows stay uniform) and only the
     # divisor sees the clipping.
     return AxisPlan(in_size, k, padding, tuple(starts), tuple(stops), tuple(divisors))
+
+
+def max_pool_plan(in_size: int, kernel: int, stride: int, padding: int, dilation: int,
+                  ceil_mode: bool) -> AxisPlan:
+    """torch's max_pool windows along one axis, in coordinates of the left-padded input:
+    window ``i`` holds every ``dilation``-th element of ``[i*stride, i*stride + span)``
+    (``span = dilation*(kernel-1) + 1``). Taps in the padding (or beyond the input, in
+    ceil mode) are never selected; ``divisors`` counts the real ones."""
+    k = avg_pool_out_size(in_size, kernel, stride, padding, ceil_mode, dilation)
+    span = dilation * (kernel - 1) + 1
+    starts = tuple(i * stride for i in range(k))
+    stops = tuple(a + span for a in starts)
+    real = tuple(sum(0 <= a + j * dilation - padding < in_size for j in range(kernel))
+                 for a in starts)
+    return AxisPlan(in_size, k, padding, starts, stops, real, dilation)
+
+
+@dataclass(frozen=True)
+class WindowFamily:
+    """Windows ``first, first + period, first + 2*period, ...`` of an axis (``count`` of
+    them) that start ``step`` apart from ``start`` (padded coordinates) and hold ``taps``
+    elements each, ``dilation`` apart: one strided slice of the padded input per tap."""
+
+    first: int
+    period: int
+    count: int
+    start: int
+    step: int
+    taps: int
+    dilation: int
+
+    def coordinates(self, tap: int, pad_lo: int) -> tuple[int, ...]:
+        """Input index (unpadded) of element ``tap`` of each window of the family."""
+        return tuple(self.start + q * self.step + tap * self.dilation - pad_lo
+                     for q in range(self.count))
+
+
+def window_families(plan: AxisPlan) -> tuple[WindowFamily, ...]:
+    """Split an axis's windows into the fewest families of equal windows at a fixed step,
+    taking every ``period``-th window (``period`` the smallest divisor of ``out_size`` that
+    works). Pooling windows make one family; torch's adaptive windows make
+    ``out_size / gcd(in_size, out_size)`` (window ``i`` of ``n -> k`` starts at
+    ``floor(i*n/k)``, so windows ``k/g`` apart start ``n/g`` apart), so a ragged axis is
+    pooled from strided slices too, with no gather."""
+    k, d = plan.out_size, plan.dilation
+    counts = tuple(len(range(a, b, d)) for a, b in zip(plan.starts, plan.stops))
+    for period in (p for p in range(1, k + 1) if k % p == 0):
+        families = []
+        for first in range(period):
+            starts = plan.starts[first::period]
+            steps = {b - a for a, b in zip(starts, starts[1:])}
+            if len(set(counts[first::period])) != 1 or len(steps) > 1:
+                break
+            families.append(WindowFamily(first, period, len(starts), starts[0],
+                                         steps.pop() if steps else 1, counts[first], d))
+        else:
+            return tuple(families)
+    raise AssertionError("unreachable: period out_size always works")
+
+
+def is_identity(plan: AxisPlan) -> bool:
+    """Every window is one element, in order: nothing to do along this axis."""
+    return (plan.out_size == plan.in_size and plan.pad_lo == 0
+            and plan.starts == tuple(range(plan.in_size))
+            and all(b - a == 1 for a, b in zip(plan.starts, plan.stops)))

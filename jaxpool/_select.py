@@ -1,0 +1,138 @@
+"""Window maxima along one axis: the JAX side of :func:`jaxpool.windows.window_families`.
+
+torch's max pooling walks each window in row-major order and keeps an element when it is
+greater than the maximum so far or is NaN: the first maximal element wins (the last NaN,
+if any). The walk is separable: the winner of each row along the innermost axis, then the
+winner among those along the next axis out, and so on, is the element torch picks. Along
+one axis the walk runs over strided slices, one per tap of a window family, and keeps its
+winner with ``where``. So JAX's own derivative of the walk is the linear map that picks
+each window's winner: selects, strided slices and pads, whose transposes are selects, pads
+and slices. No derivative of any order holds a scatter or a gather, and each window's whole
+derivative reaches the element that torch's indices name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxpool.plan import PoolPlan
+from jaxpool.windows import AxisPlan, WindowFamily, is_identity, window_families
+
+
+def index_dtype():
+    """torch's int64 where JAX has it (``jax_enable_x64``), else int32."""
+    return jax.dtypes.canonicalize_dtype(np.int64)
+
+
+def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
+               ) -> tuple[jax.Array, jax.Array | None]:
+    """Each window's maximum (torch's pick), and with ``with_indices`` its flat index in the
+    input's spatial plane (torch's ``return_indices``); ``x`` is laid out as
+    ``plan.input_shape``."""
+    extents = [p.in_size for p in plan.axes]
+    index = None
+    # Innermost axis first: torch's row-major walk picks within a row before across rows.
+    for i in reversed(range(len(plan.axes))):
+        axis, axis_plan = plan.spatial_axes[i], plan.axes[i]
+        plane_stride = math.prod(extents[i + 1:])
+        if is_identity(axis_plan):
+            if with_indices:
+                index = _offset(index, _along(np.arange(axis_plan.in_size) * plane_stride,
+                                              axis, x.ndim))
+            continue
+        x, index = _max_along(x, index, axis, axis_plan, plane_stride, with_indices)
+    if with_indices:
+        index = jnp.broadcast_to(jnp.asarray(0 if index is None else index, index_dtype()),
+                                 x.shape)
+    return x, index
+
+
+def _max_along(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indices: bool):
+    families = window_families(plan)
+    extent = max(f.start + (f.count - 1) * f.step + (f.taps - 1) * f.dilation + 1
+                 for f in families)
+    padded = _fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)
+    padded_index = (None if index is None
+                    else _fit_axis(index, axis, plan.pad_lo, extent, 0))
+    results = [_walk(padded, padded_index, axis, plan, family, plane_stride, with_indices)
+               for family in families]
+    values = _interleave([v for v, _ in results], axis)
+    if not with_indices:
+        return values, None
+    return values, jnp.broadcast_to(_interleave([i for _, i in results], axis), values.shape)
+
+
+def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
+          plane_stride: int, with_indices: bool):
+    """torch's walk over the windows of one family: one strided slice per tap."""
+    ndim = padded.ndim
+    coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
+    real = (coords >= 0) & (coords < plan.in_size)          # [taps, count]
+    first_real = real.argmax(axis=0)                        # every window holds one
+    best = winner = None
+    for j in range(family.taps):
+        if not real[j].any():
+            continue
+        start = family.start + j * family.dilation
+        tap = lax.slice_in_dim(padded, start, start + (family.count - 1) * family.step + 1,
+                               family.step, axis)
+        candidate = None
+        if with_indices:
+            candidate = _along(coords[j] * plane_stride, axis, ndim)
+            if padded_index is not None:
+                candidate = lax.slice_in_dim(padded_index, start,
+                                             start + (family.count - 1) * family.step + 1,
+                                             family.step, axis) + candidate
+        first = first_real == j
+        if best is None and first.all():
+            best, winner = tap, candidate
+            continue
+        if best is None:
+            # A window holds -inf until its first real tap, which it keeps whatever it is
+            # (as torch starts its walk there); padding (-inf) never replaces anything.
+            best, winner = jnp.full_like(tap, -jnp.inf), candidate
+        keep = (tap > best) | jnp.isnan(tap)
+        if first.any():
+            keep = keep | _along(first, axis, ndim)
+        best = jnp.where(keep, tap, best)
+        if with_indices:
+            winner = jnp.where(keep, candidate, winner)
+    return best, winner
+
+
+def _interleave(parts: list, axis: int):
+    """Window ``q*period + r`` is window ``q`` of family ``r``."""
+    if len(parts) == 1:
+        return parts[0]
+    shape = jnp.broadcast_shapes(*(p.shape for p in parts))
+    stacked = jnp.stack([jnp.broadcast_to(p, shape) for p in parts], axis=axis + 1)
+    return stacked.reshape(shape[:axis] + (shape[axis] * len(parts),) + shape[axis + 1:])
+
+
+def _fit_axis(x, axis: int, lo: int, size: int, value):
+    """Pad ``lo`` elements of ``value`` in front, then pad or trim the end to ``size``."""
+    hi = size - lo - x.shape[axis]
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (lo, max(hi, 0))
+    if lo or hi > 0:
+        x = jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype))
+    if hi < 0:
+        x = lax.slice_in_dim(x, 0, size, axis=axis)
+    return x
+
+
+def _along(values: np.ndarray, axis: int, ndim: int) -> jax.Array:
+    """A static per-window array, shaped to broadcast along ``axis`` of an ``ndim`` array."""
+    shape = [1] * ndim
+    shape[axis] = len(values)
+    dtype = bool if values.dtype == bool else index_dtype()
+    return jnp.asarray(values.reshape(shape), dtype)
+
+
+def _offset(index, offset):
+    return offset if index is None else index + offset
