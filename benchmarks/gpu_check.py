@@ -7,18 +7,18 @@
 2. Shows torch raising on the same computation under
    ``torch.use_deterministic_algorithms(True)``, and whether two plain torch CUDA runs
    agree bit for bit.
-3. Runs the benchmark (``python -m jaxpool.bench --device gpu``) with jaxpool, torch
-   CUDA, keras, flax and the floor.
+3. Runs the benchmark (``python -m benchmarks --device gpu``) with jaxpool, torch
+   CUDA, keras, flax, the floor and the ``reduce_window`` candidate.
 
 Everything printed is also written to ``OUT/gpu-report.md`` (with the date and the
 hardware) as each step ends; ``--markdown BENCHMARKS.md`` puts that report between the
 GPU markers of the file. A report made elsewhere can be put in later, without a GPU:
-``python benchmarks/gpu_check.py --record OUT/gpu-report.md --markdown BENCHMARKS.md``.
+``python -m benchmarks.gpu_check --record OUT/gpu-report.md --markdown BENCHMARKS.md``.
 
 Exit status: 0 all good; 1 the determinism check failed; 2 no GPU; 3 only the
 benchmark failed.
 
-    python benchmarks/gpu_check.py --out gpu-results [--quick] [--markdown BENCHMARKS.md]
+    python -m benchmarks.gpu_check --out gpu-results [--quick] [--markdown BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -162,11 +162,11 @@ def environment(r: Report, allow_cpu: bool = False) -> bool:
         tver = torch.__version__
     except ImportError:
         tname, tver = "not installed", "-"
-    hardware = gpus[0].device_kind if gpus else tname
+    from benchmarks import machine
+
     r.header = [
-        (f"GPU run of {datetime.date.today().isoformat()} on {hardware} "
-         f"(host: {os.cpu_count()}-core {platform.machine().replace('_', '-')}); "
-         f"Python {platform.python_version()}, jax {jax.__version__}, torch {tver} ({tname})."),
+        (f"GPU run of {datetime.date.today().isoformat()} on "
+         f"{machine.describe('gpu', gpus[0] if gpus else None)}; {machine.versions()}."),
         "",
         f"Command: `python benchmarks/gpu_check.py {shlex.join(sys.argv[1:])}`",
     ]
@@ -191,8 +191,8 @@ def determinism(r: Report, tmp: str, allow_cpu: bool = False) -> bool:
         runs = []
         for run in (1, 2):
             path = os.path.join(tmp, f"det-{i}-{run}.npz")
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", str(i), path]
-            proc = subprocess.run(cmd + (["--allow-cpu"] if allow_cpu else []),
+            cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--child", str(i), path]
+            proc = subprocess.run(cmd + (["--allow-cpu"] if allow_cpu else []), cwd=ROOT,
                                   env=env, capture_output=True, text=True, check=False)
             text = (proc.stdout + proc.stderr).strip().splitlines()
             if proc.returncode != 0:
@@ -251,33 +251,26 @@ def torch_demo(r: Report):
         torch.use_deterministic_algorithms(False)
 
 
-def bench(r: Report, out: str, quick: bool, extra: list[str], timeout: float, device: str = "gpu") -> bool:
-    r.say(f"== 3. python -m jaxpool.bench --device {device}")
+def bench(r: Report, out: str, quick: bool, extra: list[str], device: str = "gpu") -> bool:
+    from benchmarks import cli
+
     folder = os.path.join(out, "bench")
-    cmd = [sys.executable, "-m", "jaxpool.bench", "--device", device,
-           "--sides", "jaxpool,torch,flax,keras,floor", "--out", folder, "--no-progress"]
-    cmd += (["--quick"] if quick else []) + extra
-    r.say("$ " + shlex.join(["python"] + cmd[1:]))
+    argv = ["--device", device, "--sides", "jaxpool,torch,flax,keras,floor,reduce_window",
+            "--out", folder, "--no-progress"] + ([] if quick else ["--full"]) + extra
+    r.say("== 3. python -m benchmarks " + shlex.join(argv))
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        r.say(f"benchmark stopped after {timeout:.0f} s")
-        return False
-    for line in proc.stderr.strip().splitlines()[-10:]:
-        r.say("    " + line)
-    r.say(f"benchmark exit {proc.returncode} after {time.perf_counter() - t0:.0f} s")
+    code = cli.main(argv)
+    r.say(f"benchmark exit {code} after {time.perf_counter() - t0:.0f} s")
     table = os.path.join(folder, "results.md")
-    if proc.returncode == 0 and os.path.exists(table):
+    if code == 0 and os.path.exists(table):
         with open(table) as f:
             # The chart stays in the output folder; the table is what the record keeps.
             r.tables.append("".join(l for l in f if not l.startswith("![")))
-    return proc.returncode == 0
+    return code == 0
 
 
 def splice(markdown_file: str, text: str):
-    sys.path.insert(0, ROOT)
-    from jaxpool.bench.report import splice as put
+    from benchmarks.report import splice as put
 
     put(markdown_file, text, BEGIN, END)
 
@@ -286,8 +279,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu-results", metavar="DIR")
     p.add_argument("--quick", action="store_true", help="the benchmark's quick grid")
-    p.add_argument("--bench-args", default="", help="more arguments for jaxpool.bench, quoted")
-    p.add_argument("--bench-timeout", type=float, default=480.0, metavar="S")
+    p.add_argument("--bench-args", default="", help="more arguments for the benchmark, quoted")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="put the report between the GPU markers of FILE")
@@ -307,7 +299,6 @@ def main(argv=None) -> int:
         print(f"put {args.record} into {args.markdown}")
         return 0
 
-    sys.path.insert(0, ROOT)
     r = Report(args.out)
     if not environment(r, args.allow_cpu):
         r.write()
@@ -324,7 +315,7 @@ def main(argv=None) -> int:
         import jax
 
         device = "gpu" if any(d.platform == "gpu" for d in jax.devices()) else "cpu"
-        bench_ok = bench(r, args.out, args.quick, shlex.split(args.bench_args), args.bench_timeout, device)
+        bench_ok = bench(r, args.out, args.quick, shlex.split(args.bench_args), device)
     r.write()
     for name in os.listdir(tmp):
         os.remove(os.path.join(tmp, name))

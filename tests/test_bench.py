@@ -1,18 +1,22 @@
 """The benchmark tool, run on tiny shapes: it checks before it times, and writes its reports."""
 
 import json
+import pathlib
+import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from jaxpool.bench import cli, grid, runner, sides
+# The benchmark lives beside the package, in the repository, not in the installed wheel.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from benchmarks import cli, grid, report, runner, sides  # noqa: E402
 
 
 def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     doc = tmp_path / "BENCH.md"
-    doc.write_text("# Prose kept\n\n<!-- jaxpool.bench:begin -->\nold table\n<!-- jaxpool.bench:end -->\n\nTail kept.\n")
+    doc.write_text("# Prose kept\n\n<!-- benchmarks:begin -->\nold table\n<!-- benchmarks:end -->\n\nTail kept.\n")
     out = tmp_path / "out"
     code = cli.main([
         "--grid", "smoke", "--cells", r"2x3x15x15 -> 4$|excl-pad|global",
@@ -45,19 +49,17 @@ def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     assert text.startswith("# Prose kept\n") and text.endswith("Tail kept.\n")
     assert "old table" not in text and "| adaptive 2x3x15x15 -> 4 |" in text
     assert "](out/chart.png)" in text
-    assert "python -m jaxpool.bench --grid smoke" in text
+    assert "python -m benchmarks --grid smoke" in text
 
 
 def test_a_named_section_leaves_the_default_one_alone(tmp_path):
-    from jaxpool.bench import report
-
     doc = tmp_path / "B.md"
-    doc.write_text("a\n<!-- jaxpool.bench:begin -->\nold\n<!-- jaxpool.bench:end -->\nb\n")
+    doc.write_text("a\n<!-- benchmarks:begin -->\nold\n<!-- benchmarks:end -->\nb\n")
     report.splice(str(doc), "first\n", *report.markers("other"))
     report.splice(str(doc), "second\n", *report.markers("other"))
     text = doc.read_text()
     assert "\nold\n" in text and "first" not in text
-    assert "<!-- jaxpool.bench:other:begin -->\nsecond\n<!-- jaxpool.bench:other:end -->" in text
+    assert "<!-- benchmarks:other:begin -->\nsecond\n<!-- benchmarks:other:end -->" in text
 
 
 def test_kernel_count_reads_the_entry_computation():
@@ -120,7 +122,7 @@ def test_measure_gives_a_slow_side_fewer_samples():
 
 
 def test_cell_shapes_follow_torch():
-    for case in grid.FULL + grid.SMOKE:
+    for case in {c for cells in grid.GRIDS.values() for c in cells}:
         x = torch.zeros(case.shape, dtype=torch.float64)
         assert tuple(case.torch_op()(x).shape) == case.output_shape, case.label
 
@@ -129,3 +131,31 @@ def test_cell_shapes_follow_torch():
 def test_bad_arguments_exit(argv):
     with pytest.raises(SystemExit):
         cli.parse_args(argv)
+
+
+def test_the_short_grid_is_the_default_and_the_full_one_is_asked_for():
+    default, full = cli.parse_args([]), cli.parse_args(["--full"])
+    assert (default.grid, full.grid) == ("short", "full")
+    assert len(grid.GRIDS["short"]) < len(grid.GRIDS["full"])
+    assert default.reps < full.reps
+    assert "reduce_window" not in default.sides  # a candidate is timed only when asked for
+
+
+@pytest.mark.parametrize("case", [
+    grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
+    grid.avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
+    grid.adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
+    grid.global_((2, 3, 5, 5), channels_last=True),
+], ids=lambda c: c.label)
+def test_the_reduce_window_candidate_is_torch_exact_on_equal_windows(case):
+    out = runner.run_case(case, {"reduce_window": None, "torch": None}, runner.Device(),
+                          modes=("fwd", "gradgrad"), reps=1, min_sample_s=0)
+    for r in out:
+        assert r["sides"]["reduce_window"]["status"] == "ok", r["sides"]["reduce_window"]
+        assert r["best_peer"] == "torch"  # a candidate is not a peer
+
+
+def test_the_reduce_window_candidate_skips_ragged_windows():
+    out = runner.run_case(grid.adaptive((2, 3, 15, 15), 4), {"reduce_window": None},
+                          runner.Device(), modes=("fwd",), reps=1, min_sample_s=0)
+    assert out[0]["sides"]["reduce_window"]["status"] == "unsupported"

@@ -6,12 +6,12 @@ import json
 import os
 
 from .grid import MODE_TITLES
-from .sides import SIDE_NAMES
+from .sides import CANDIDATES, SIDE_NAMES
 
 __all__ = ["BEGIN", "END", "chart", "markdown", "splice", "write_json"]
 
-BEGIN = "<!-- jaxpool.bench:begin -->"
-END = "<!-- jaxpool.bench:end -->"
+BEGIN = "<!-- benchmarks:begin -->"
+END = "<!-- benchmarks:end -->"
 SHORT = {"unsupported": "n/a", "error": "raises", "wrong": "wrong", "missing": "-"}
 FLOOR_TARGET = 3.0  # forward within 3x of one read of the input ...
 FLOOR_BYTES = 10e6  # ... on every cell that reads more than 10 MB
@@ -118,12 +118,37 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     if missed:
         lines += ["Rows that miss one:", ""]
         lines += [f"- {r['cell']}, {r['mode']}: {'; '.join(m)}{_profile(r)}" for r, m in missed]
+    lines += _candidates(results)
     notes = _notes(results)
     if notes:
         lines += ["", "Notes on the peers:", ""] + notes
     if chart_path:
         lines += ["", f"![jaxpool and its peers, time relative to the fastest correct peer]({chart_path})"]
     return "\n".join(lines) + "\n"
+
+
+def _median(r: dict, side: str) -> float | None:
+    e = r["sides"].get(side)
+    return e.get("median_ms") if e and e["status"] == "ok" else None
+
+
+def _candidates(results: list[dict]) -> list[str]:
+    """A table of jaxpool's own strategy against each candidate timed beside it."""
+    rows = []
+    for r in results:
+        mine = _median(r, "jaxpool")
+        for name in CANDIDATES:
+            theirs = _median(r, name)
+            if mine and theirs:
+                fastest = name if theirs < mine else "jaxpool"
+                rows.append(f"| {r['cell']} | {r['mode']} | {name} | {_fmt(mine)} | {_fmt(theirs)} "
+                            f"| {theirs / mine:.2f} | {fastest} |")
+    if not rows:
+        return []
+    return ["", "Candidate strategies, per cell and mode (candidate / jaxpool below 1: the "
+            "candidate is faster here):", "",
+            "| cell | mode | candidate | jaxpool | candidate ms | candidate / jaxpool | fastest |",
+            "|---|---|---|---:|---:|---:|---|", *rows]
 
 
 def _notes(results: list[dict]) -> list[str]:
@@ -200,7 +225,7 @@ def markers(section: str | None = None) -> tuple[str, str]:
     """The begin and end markers of a generated section (the default one without a name)."""
     if not section:
         return BEGIN, END
-    return f"<!-- jaxpool.bench:{section}:begin -->", f"<!-- jaxpool.bench:{section}:end -->"
+    return f"<!-- benchmarks:{section}:begin -->", f"<!-- benchmarks:{section}:end -->"
 
 
 def splice(path: str, section: str, begin: str = BEGIN, end: str = END) -> None:

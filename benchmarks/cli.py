@@ -3,43 +3,45 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
-import platform
 import shlex
 import sys
 import time
 
+from . import machine
 from .grid import GRIDS, MODES, select
-from .sides import SIDE_NAMES
+from .sides import DEFAULT_SIDES, SIDE_NAMES
 
 __all__ = ["main", "parse_args"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m jaxpool.bench",
+        prog="python -m benchmarks",
         description="Time jaxpool against torch, flax, keras and equinox, side by side and "
         "interleaved, on a grid of pooling cells; check every side's values against torch first.",
     )
-    p.add_argument("--quick", action="store_true",
-                   help="a few representative cells and fewer samples (about 2 minutes on 2 cores)")
-    p.add_argument("--grid", choices=sorted(GRIDS), default=None,
-                   help="which cells: full (the default), quick, or smoke (tiny shapes, a self-check)")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="short",
+                   help="which cells: short (the default: one cell per kind of behaviour, a few "
+                   "minutes on 2 cores), full (every cell, the record in BENCHMARKS.md), or "
+                   "smoke (tiny shapes, a self-check)")
+    p.add_argument("--full", action="store_true", help="the full grid (same as --grid full)")
     p.add_argument("--cells", default=None, metavar="REGEX",
                    help="only the cells whose label matches, e.g. 'adaptive.*-> 4'")
     p.add_argument("--modes", default=",".join(MODES),
                    help=f"comma-separated subset of {','.join(MODES)}")
-    p.add_argument("--sides", default=",".join(SIDE_NAMES),
-                   help=f"comma-separated subset of {','.join(SIDE_NAMES)}")
+    p.add_argument("--sides", default=",".join(DEFAULT_SIDES),
+                   help=f"comma-separated subset of {','.join(SIDE_NAMES)} "
+                   f"(default {','.join(DEFAULT_SIDES)})")
     p.add_argument("--reps", type=int, default=None,
-                   help="samples per side and cell (default 15, quick 5)")
+                   help="samples per side and cell (default 15 on the full grid, else 5)")
     p.add_argument("--min-sample-ms", type=float, default=None,
-                   help="each sample repeats the call to last at least this long (default 20, quick 5)")
+                   help="each sample repeats the call to last at least this long "
+                   "(default 20 on the full grid, else 5)")
     p.add_argument("--side-budget-s", type=float, default=None, metavar="S",
                    help="a side whose samples would take longer than this on one cell and mode "
-                   "gets fewer of them, at least 3 (default 10, quick 3)")
+                   "gets fewer of them, at least 3 (default 10 on the full grid, else 3)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the cores this process may use)")
@@ -51,16 +53,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(appended if it has none), e.g. BENCHMARKS.md")
     p.add_argument("--section", default=None, metavar="NAME",
                    help="with --markdown, use the markers of section NAME "
-                   "(<!-- jaxpool.bench:NAME:begin/end -->), so one file can hold several runs")
+                   "(<!-- benchmarks:NAME:begin/end -->), so one file can hold several runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    args.grid = args.grid or ("quick" if args.quick else "full")
-    small = args.quick or args.grid == "smoke"
+    if args.full:
+        args.grid = "full"
+    full = args.grid == "full"
     if args.reps is None:
-        args.reps = 5 if small else 15
-    args.min_sample_ms = args.min_sample_ms if args.min_sample_ms is not None else (5 if small else 20)
+        args.reps = 15 if full else 5
+    if args.min_sample_ms is None:
+        args.min_sample_ms = 20 if full else 5
     if args.side_budget_s is None:
-        args.side_budget_s = 3.0 if small else 10.0
+        args.side_budget_s = 10.0 if full else 3.0
     args.modes = _subset(p, "--modes", args.modes, MODES)
     args.sides = _subset(p, "--sides", args.sides, SIDE_NAMES)
     if args.reps < 1:
@@ -76,37 +80,6 @@ def _subset(p, flag, text, allowed):
     if bad or not items:
         p.error(f"{flag} takes a comma-separated subset of {','.join(allowed)}, got {text!r}")
     return tuple(s for s in allowed if s in items)
-
-
-def machine(kind: str, jax_device=None) -> str:
-    """The hardware in words."""
-    from .runner import _cores
-
-    if kind == "gpu":
-        import torch
-
-        name = torch.cuda.get_device_name() if torch.cuda.is_available() else str(jax_device)
-        return f"{name} GPU, {_cores()}-core {platform.machine().replace('_', '-')} host"
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = " (" + " ".join(line.split(":", 1)[1].split()) + ")"
-                break
-    return f"{_cores()}-core {platform.machine().replace('_', '-')} CPU{model}"
-
-
-def versions(sides) -> str:
-    from importlib import metadata
-
-    names = {"jax": "jax", "jaxlib": "jaxlib", "torch": "torch", "flax": "flax",
-             "keras": "keras", "equinox": "equinox"}
-    out = [f"Python {platform.python_version()}"]
-    for label, dist in names.items():
-        if label in ("jax", "jaxlib") or label in sides:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                out.append(f"{label} {metadata.version(dist)}")
-    return ", ".join(out)
 
 
 class _Progress:
@@ -198,11 +171,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     meta = {
         "date": datetime.date.today().isoformat(),
-        "machine": machine(args.device, device.jax_device),
+        "machine": machine.describe(args.device, device.jax_device),
         "device": args.device,
         "torch_threads": device.threads,
-        "versions": versions(args.sides),
-        "command": _environment() + shlex.join(["python", "-m", "jaxpool.bench", *argv]),
+        "versions": machine.versions(),
+        "command": _environment() + shlex.join(["python", "-m", "benchmarks", *argv]),
         "reps": args.reps,
         "min_sample_ms": args.min_sample_ms,
         "side_budget_s": args.side_budget_s,

@@ -15,9 +15,11 @@ except ImportError:  # pragma: no cover
     resource = None
 
 from .grid import MODES, Case
+from .machine import cores
 from .sides import JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
 
-__all__ = ["Device", "check", "measure", "run_case", "summarize"]
+__all__ = ["Device", "check", "jax_mode", "kernel_count", "make_input", "measure", "run_case",
+           "summarize", "torch_mode", "torch_to_numpy"]
 
 # Largest error allowed, relative to the largest reference value, before a side is "wrong".
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 5e-2, "float16": 1e-2}
@@ -41,7 +43,7 @@ class Device:
                 self.torch_missing = "this torch build has no CUDA device"
         else:
             self.torch_device = torch.device("cpu")
-            torch.set_num_threads(threads or _cores())
+            torch.set_num_threads(threads or cores())
         self.threads = torch.get_num_threads()
 
     def torch_threads(self, side: str) -> int | None:
@@ -55,15 +57,6 @@ class Device:
             import torch
 
             torch.cuda.synchronize()
-
-
-def _cores() -> int:
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def jax_mode(fn, mode: str):
@@ -207,23 +200,11 @@ def summarize(samples, inner: int = 1, faults=None) -> dict:
     return out
 
 
-def _torch_dtype(name):
+def torch_to_numpy(case: Case, y) -> np.ndarray:
+    """A torch result (channels-first) as float64 NumPy in the cell's memory layout."""
     import torch
 
-    return getattr(torch, name)
-
-
-def _layout(case: Case, a: np.ndarray) -> np.ndarray:
-    """Channels-first array -> the cell's memory layout."""
-    if case.channels_last and a.ndim == 4:
-        return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-    return a
-
-
-def _torch_numpy(case: Case, y) -> np.ndarray:
-    import torch
-
-    return _layout(case, y.detach().to("cpu", torch.float64).numpy())
+    return case.to_memory(y.detach().to("cpu", torch.float64).numpy())
 
 
 def make_input(case: Case, seed: int) -> np.ndarray:
@@ -232,7 +213,7 @@ def make_input(case: Case, seed: int) -> np.ndarray:
 
     x = np.random.default_rng(seed).standard_normal(case.shape, dtype=np.float32)
     if case.dtype not in ("float32", "float64"):
-        x = torch.from_numpy(x).to(_torch_dtype(case.dtype)).to(torch.float32).numpy()
+        x = torch.from_numpy(x).to(getattr(torch, case.dtype)).to(torch.float32).numpy()
     return x
 
 
@@ -250,9 +231,9 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
     import torch
 
     x32 = make_input(case, seed)
-    xj = jax.device_put(jnp.asarray(_layout(case, x32), dtype=case.dtype), device.jax_device)
+    xj = jax.device_put(jnp.asarray(case.to_memory(x32), dtype=case.dtype), device.jax_device)
     where = "cpu" if device.torch_missing else device.torch_device
-    xt = torch.from_numpy(x32).to(where, _torch_dtype(case.dtype))
+    xt = torch.from_numpy(x32).to(where, getattr(torch, case.dtype))
     if case.channels_last:
         xt = xt.contiguous(memory_format=torch.channels_last)
     x64 = torch.from_numpy(x32.astype(np.float64))
@@ -276,7 +257,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
     results = []
     for mode in modes:
         status(f"{case.label} | {mode} | reference")
-        ref = _torch_numpy(case, torch_mode(op, x64, mode)())
+        ref = torch_to_numpy(case, torch_mode(op, x64, mode)())
         entries, thunks = {}, {}
         for name, (state, info, fn) in built.items():
             entry = {"status": state}
@@ -291,7 +272,7 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                 if name in TORCH_SIDES:
                     thunk = torch_mode(op, xt, mode, device.sync_torch, device.torch_threads(name))
                     entry["compile_s"] = 0.0
-                    y = _torch_numpy(case, thunk())
+                    y = torch_to_numpy(case, thunk())
                 else:
                     t0 = time.perf_counter()
                     compiled = jax.jit(jax_mode(fn, mode)).lower(xj).compile()

@@ -13,14 +13,22 @@ import importlib
 import os
 import sys
 
-__all__ = ["JAX_SIDES", "PEERS", "SIDE_NAMES", "Unsupported", "missing_reason"]
+import numpy as np
 
-SIDE_NAMES = ("jaxpool", "torch", "torch-1t", "flax", "keras", "equinox", "floor")
-# Sides whose time counts as "the fastest peer": every side but jaxpool and the floor.
-# "torch" runs with one thread per core, "torch-1t" with one thread: on a loaded
-# machine torch's parallel kernels can be slower than its serial ones.
+__all__ = ["CANDIDATES", "DEFAULT_SIDES", "JAX_SIDES", "PEERS", "SIDE_NAMES", "TORCH_SIDES",
+           "Unsupported", "missing_reason"]
+
+SIDE_NAMES = ("jaxpool", "torch", "torch-1t", "flax", "keras", "equinox", "floor",
+              "reduce_window")
+# Sides whose time counts as "the fastest peer": every side but jaxpool, the floor and
+# the candidates. "torch" runs with one thread per core, "torch-1t" with one thread: on a
+# loaded machine torch's parallel kernels can be slower than its serial ones.
 PEERS = ("torch", "torch-1t", "flax", "keras", "equinox")
 TORCH_SIDES = ("torch", "torch-1t")
+# Other ways jaxpool could compute a cell, timed only when asked for (--sides): whether
+# one of them beats jaxpool's own strategy on a backend.
+CANDIDATES = ("reduce_window",)
+DEFAULT_SIDES = tuple(s for s in SIDE_NAMES if s not in CANDIDATES)
 MODULES = {
     "jaxpool": "jaxpool",
     "torch": "torch",
@@ -29,6 +37,7 @@ MODULES = {
     "keras": "keras",
     "equinox": "equinox",
     "floor": "jax",
+    "reduce_window": "jaxpool",
 }
 
 
@@ -86,15 +95,6 @@ def _divisible_window(case):
     return (h // oh, w // ow)
 
 
-def _ceil_matters(case) -> bool:
-    from .grid import avg_out
-
-    k, s, p = case.kernel_size, case.stride_, case.padding
-    return case.ceil_mode and any(
-        avg_out(n, k, s, p, True) != avg_out(n, k, s, p, False) for n in case.shape[2:]
-    )
-
-
 def jaxpool_side(case):
     import jaxpool
 
@@ -128,7 +128,7 @@ def flax_side(case):
             raise Unsupported("no adaptive pooling; ragged windows have no fixed-window equivalent")
         notes.append("no adaptive pooling: timed as the equivalent avg_pool (kernel = stride = H/out)")
         return (lambda x: back(nn.avg_pool(to(x), window, strides=window))), notes
-    if _ceil_matters(case):
+    if case.ceil_matters:
         raise Unsupported("no ceil_mode")
     k, s, p = case.kernel_size, case.stride_, case.padding
     pads = ((p, p), (p, p))
@@ -149,19 +149,16 @@ def keras_side(case):
         # keras.layers.GlobalAveragePooling2D is this mean.
         return (lambda x: keras.ops.mean(x, axis=axes)), ["global pooling as GlobalAveragePooling2D (ops.mean)"]
     k, s, p = case.kernel_size, case.stride_, case.padding
-    n = case.shape[2:]
-    if _ceil_matters(case):
+    if case.ceil_matters:
         raise Unsupported("no ceil_mode")
     if p == 0:
         padding = "valid"
     else:
-        # "same" pads total max((out-1)*s + k - n, 0), left half rounded down, and
-        # leaves padding out of the divisor.
-        from .grid import avg_out
-
+        # "same" makes ceil(n/s) windows, pads max((out-1)*s + k - n, 0) in all with the
+        # left half rounded down, and leaves the padding out of the divisor.
         same_ok = all(
-            -(-m // s) == avg_out(m, k, s, p, False) and max((-(-m // s) - 1) * s + k - m, 0) // 2 == p
-            for m in n
+            -(-n // s) == out and max((out - 1) * s + k - n, 0) // 2 == p
+            for n, out in zip(case.shape[2:], case.output_shape[2:])
         )
         if not same_ok:
             raise Unsupported(f"padding={p} has no 'valid'/'same' equivalent")
@@ -207,10 +204,45 @@ def floor_side(case):
     return (lambda x: jnp.sum(x, axis=axes)), None
 
 
+def reduce_window_side(case):
+    """Average pooling as ``lax.reduce_window`` sums over jaxpool's windows, divided by
+    torch's counts: the form this project started from, whose gradient is a pad and another
+    ``reduce_window`` (no scatter); slow on XLA:CPU, perhaps not on GPU and TPU."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    if case.op not in ("adaptive", "avg", "global"):
+        raise Unsupported("average pooling only")
+    plan = case.plan()
+    if not all(a.uniform for a in plan.axes):
+        raise Unsupported("windows of different lengths")
+    rank = len(plan.input_shape)
+    dims, strides, pads = [1] * rank, [1] * rank, [(0, 0)] * rank
+    divisor = np.ones([1] * rank)
+    for axis, a in zip(plan.spatial_axes, plan.axes):
+        dims[axis], strides[axis] = a.lengths[0], a.stride
+        # Windows start at 0 in the left-padded input; a ceil_mode window may overhang it.
+        pads[axis] = (a.pad_lo, max(0, a.stops[-1] - a.pad_lo - a.in_size))
+        along = [1] * rank
+        along[axis] = a.out_size
+        divisor = divisor * np.reshape(a.divisors, along)
+    out_shape = plan.output_shape
+
+    def pool(x):
+        wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        # A NumPy zero, so that JAX sees a sum (reduce_window_sum, differentiable to any order).
+        sums = lax.reduce_window(wide, np.zeros((), wide.dtype), lax.add, dims, strides, pads)
+        y = (lax.slice(sums, (0,) * rank, out_shape) / divisor.astype(wide.dtype)).astype(x.dtype)
+        return y.reshape(x.shape[0], -1) if case.op == "global" else y
+
+    return pool, None
+
+
 JAX_SIDES = {
     "jaxpool": jaxpool_side,
     "flax": flax_side,
     "keras": keras_side,
     "equinox": equinox_side,
     "floor": floor_side,
+    "reduce_window": reduce_window_side,
 }
