@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cells", default=None, metavar="REGEX",
                    help="only the cells whose label matches, e.g. 'adaptive.*-> 4'")
     p.add_argument("--modes", default=",".join(MODES),
-                   help=f"comma-separated subset of {','.join(MODES)}")
+                   help=f"comma-separated subset of {','.join(MODES)} (the eager ones: "
+                   "first and repeat calls without jax.jit)")
     p.add_argument("--sides", default=",".join(DEFAULT_SIDES),
                    help=f"comma-separated subset of {','.join(SIDE_NAMES)} "
                    f"(default {','.join(DEFAULT_SIDES)})")
@@ -39,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--min-sample-ms", type=float, default=None,
                    help="each sample repeats the call to last at least this long "
                    "(default 20 on the full grid, else 5)")
+    p.add_argument("--first-reps", type=int, default=3,
+                   help="eager modes: first calls timed per JAX side, each after clearing "
+                   "JAX's caches (default 3)")
     p.add_argument("--side-budget-s", type=float, default=None, metavar="S",
                    help="a side whose samples would take longer than this on one cell and mode "
                    "gets fewer of them, at least 3 (default 10 on the full grid, else 3)")
@@ -69,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.sides = _subset(p, "--sides", args.sides, SIDE_NAMES)
     if args.reps < 1:
         p.error(f"--reps must be >= 1, got {args.reps}")
+    if args.first_reps < 1:
+        p.error(f"--first-reps must be >= 1, got {args.first_reps}")
     if args.min_sample_ms < 0:
         p.error(f"--min-sample-ms must be >= 0, got {args.min_sample_ms}")
     return args
@@ -165,7 +171,7 @@ def main(argv=None) -> int:
         for case in cases:
             results += run_case(case, sides, device, modes=args.modes, reps=args.reps,
                                 min_sample_s=args.min_sample_ms / 1e3, seed=args.seed,
-                                budget_s=args.side_budget_s,
+                                budget_s=args.side_budget_s, first_reps=args.first_reps,
                                 status=progress.status, tick=progress.tick)
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -178,6 +184,7 @@ def main(argv=None) -> int:
         "command": _environment() + shlex.join(["python", "-m", "benchmarks", *argv]),
         "reps": args.reps,
         "min_sample_ms": args.min_sample_ms,
+        "first_reps": args.first_reps,
         "side_budget_s": args.side_budget_s,
         "elapsed_s": time.perf_counter() - started,
     }

@@ -13,13 +13,19 @@ import re
 
 import numpy as np
 
-__all__ = ["GRIDS", "MODES", "Case", "adaptive", "avg", "global_", "select"]
+__all__ = ["EAGER_MODES", "GRIDS", "JIT_MODES", "MODES", "Case", "adaptive", "avg", "global_", "select"]
 
-MODES = ("fwd", "grad", "gradgrad")
+JIT_MODES = ("fwd", "grad", "gradgrad")
+# The same quantities without jax.jit: first call (tracing and compiling included) and
+# repeat call.
+EAGER_MODES = ("eager-fwd", "eager-grad")
+MODES = JIT_MODES + EAGER_MODES
 MODE_TITLES = {
     "fwd": "forward",
     "grad": "grad of sum(pool(x)**2)",
     "gradgrad": "grad of |grad|**2",
+    "eager-fwd": "forward, no jit",
+    "eager-grad": "grad of sum(pool(x)**2), no jit",
 }
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from .grid import MODE_TITLES
-from .sides import CANDIDATES, SIDE_NAMES
+from .grid import EAGER_MODES, MODE_TITLES
+from .sides import CANDIDATES, PEERS, SIDE_NAMES
 
 __all__ = ["BEGIN", "END", "chart", "markdown", "splice", "write_json"]
 
@@ -15,6 +15,8 @@ END = "<!-- benchmarks:end -->"
 SHORT = {"unsupported": "n/a", "error": "raises", "wrong": "wrong", "missing": "-"}
 FLOOR_TARGET = 3.0  # forward within 3x of one read of the input ...
 FLOOR_BYTES = 10e6  # ... on every cell that reads more than 10 MB
+FIRST_TARGET = 2.0  # a first eager call within 2x of the first call under jax.jit
+REPEAT_TARGET = 3.0  # a repeat eager call within 3x of torch's
 
 
 def _fmt(ms: float) -> str:
@@ -45,6 +47,10 @@ def misses(r: dict) -> list[str]:
     if (r["mode"] == "fwd" and r["bytes"] > FLOOR_BYTES and r["ratio_floor"] is not None
             and r["ratio_floor"] > FLOOR_TARGET):
         out.append(f"{r['ratio_floor']:.1f}x the floor")
+    if (r.get("ratio_jit") or 0) > FIRST_TARGET:
+        out.append(f"first call {r['ratio_jit']:.1f}x the first call under jit")
+    if (r.get("ratio_torch") or 0) > REPEAT_TARGET:
+        out.append(f"repeat call {r['ratio_torch']:.1f}x {r['best_torch']}")
     jp = r["sides"].get("jaxpool")
     if jp and jp["status"] not in ("ok", "missing"):
         out.append(f"jaxpool {jp['status']}: {jp.get('error') or jp.get('note')}")
@@ -53,7 +59,12 @@ def misses(r: dict) -> list[str]:
 
 def _profile(r: dict) -> str:
     """What the run measured besides time, for a row that misses: page faults per call
-    (fresh memory) and kernels in the compiled program, for jaxpool and its best peer."""
+    (fresh memory) and kernels in the compiled program, for jaxpool and its best peer; in
+    the eager modes, the XLA programs jaxpool's first call compiled."""
+    if r["mode"] in EAGER_MODES:
+        counts = [f"{name} {e['first_compiles']}" for name in ("jaxpool", "floor")
+                  for e in [r["sides"].get(name, {})] if e.get("first_compiles") is not None]
+        return f" (XLA programs compiled by the first call: {', '.join(counts)})" if counts else ""
     parts = []
     for name in ("jaxpool", r["best_peer"], "floor"):
         e = r["sides"].get(name) if name else None
@@ -70,8 +81,9 @@ def _profile(r: dict) -> str:
 
 
 def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> str:
-    """The results as a markdown section: header, table, targets, notes, chart."""
-    sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
+    """The results as a markdown section: header, tables, targets, notes, chart."""
+    jitted = [r for r in results if r["mode"] not in EAGER_MODES]
+    eager = [r for r in results if r["mode"] in EAGER_MODES]
     lines = [
         f"Run of {meta['date']} on {meta['machine']}; {meta['versions']}.",
         "",
@@ -80,39 +92,17 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
         f"Milliseconds per call: median of {meta['reps']} interleaved samples "
         "± half the interquartile range (n = fewer samples, for a side slower than "
         f"{meta.get('side_budget_s', '?')} s per cell). Modes: "
-        + "; ".join(f"`{m}` = {t}" for m, t in MODE_TITLES.items())
-        + ". `floor` = one read of the input (`x.sum` over the spatial axes, jitted, "
-        "differentiated the same way). `best peer` = jaxpool's time over the fastest peer "
-        "whose values match torch; **bold** = a target missed (above 1.0x the best peer; "
-        f"forward above {FLOOR_TARGET:g}x the floor on a cell over {FLOOR_BYTES / 1e6:g} MB). "
-        "`wrong` = values differ from torch (not timed); `n/a` = no equivalent call; "
-        "`raises` = the call fails; `-` = not installed."
-        + (f" `torch` runs on {meta.get('torch_threads', '?')} threads, `torch-1t` on one."
-           if "torch-1t" in sides else ""),
-        "",
-        "| cell | MB | mode | " + " | ".join(sides) + " | jaxpool / best peer | jaxpool / floor |",
-        "|---|---:|---|" + "---:|" * len(sides) + "---:|---:|",
+        + "; ".join(f"`{m}` = {t}" for m, t in MODE_TITLES.items()
+                    if any(r["mode"] == m for r in results))
+        + ". `wrong` = values differ from torch (not timed); `n/a` = no equivalent call; "
+        "`raises` = the call fails; `-` = not installed"
+        + (f"; `torch` runs on {meta.get('torch_threads', '?')} threads, `torch-1t` on one."
+           if any("torch-1t" in r["sides"] for r in results) else "."),
     ]
-    last = None
-    for r in results:
-        first = r["cell"] != last
-        last = r["cell"]
-        cells = [_cell(r["sides"].get(s), meta["reps"]) for s in sides]
-        peer = ""
-        if r["ratio_peer"] is not None:
-            peer = f"{r['ratio_peer']:.2f} ({r['best_peer']})"
-            if r["ratio_peer"] > 1.0:
-                peer = f"**{r['ratio_peer']:.2f}** ({r['best_peer']})"
-        floor = ""
-        if r["ratio_floor"] is not None:
-            floor = f"{r['ratio_floor']:.1f}"
-            if r["mode"] == "fwd" and r["bytes"] > FLOOR_BYTES and r["ratio_floor"] > FLOOR_TARGET:
-                floor = f"**{floor}**"
-        mb = f"{r['bytes'] / 1e6:.1f}" if first else ""
-        lines.append(
-            f"| {r['cell'] if first else ''} | {mb} | {r['mode']} | " + " | ".join(cells)
-            + f" | {peer} | {floor} |"
-        )
+    if jitted:
+        lines += ["", *_jit_table(jitted, meta)]
+    if eager:
+        lines += ["", *_eager_table(eager, meta)]
     missed = [(r, m) for r in results for m in [misses(r)] if m]
     lines += ["", f"Targets: {len(results) - len(missed)} of {len(results)} rows meet every target."]
     if missed:
@@ -125,6 +115,86 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     if chart_path:
         lines += ["", f"![jaxpool and its peers, time relative to the fastest correct peer]({chart_path})"]
     return "\n".join(lines) + "\n"
+
+
+def _sides(results: list[dict]) -> list[str]:
+    return [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
+
+
+def _ratio(value: float | None, target: float, text: str = "") -> str:
+    if value is None:
+        return ""
+    shown = f"{value:.2f}"
+    return (f"**{shown}**" if value > target else shown) + (f" ({text})" if text else "")
+
+
+def _jit_table(results: list[dict], meta: dict) -> list[str]:
+    """Jitted calls: every side's time, jaxpool over the fastest peer and over the floor."""
+    sides = _sides(results)
+    lines = [
+        "Under `jax.jit` (compiled before timing). `floor` = one read of the input (`x.sum` "
+        "over the spatial axes, jitted, differentiated the same way). `best peer` = jaxpool's "
+        "time over the fastest peer whose values match torch; **bold** = a target missed "
+        f"(above 1.0x the best peer; forward above {FLOOR_TARGET:g}x the floor on a cell over "
+        f"{FLOOR_BYTES / 1e6:g} MB).",
+        "",
+        "| cell | MB | mode | " + " | ".join(sides) + " | jaxpool / best peer | jaxpool / floor |",
+        "|---|---:|---|" + "---:|" * len(sides) + "---:|---:|",
+    ]
+    last = None
+    for r in results:
+        first = r["cell"] != last
+        last = r["cell"]
+        cells = [_cell(r["sides"].get(s), meta["reps"]) for s in sides]
+        peer = _ratio(r["ratio_peer"], 1.0, r["best_peer"])
+        floor = ""
+        if r["ratio_floor"] is not None:
+            floor = f"{r['ratio_floor']:.1f}"
+            if r["mode"] == "fwd" and r["bytes"] > FLOOR_BYTES and r["ratio_floor"] > FLOOR_TARGET:
+                floor = f"**{floor}**"
+        mb = f"{r['bytes'] / 1e6:.1f}" if first else ""
+        lines.append(
+            f"| {r['cell'] if first else ''} | {mb} | {r['mode']} | " + " | ".join(cells)
+            + f" | {peer} | {floor} |"
+        )
+    return lines
+
+
+def _eager_table(results: list[dict], meta: dict) -> list[str]:
+    """Eager calls: each side's first call and repeat call; jaxpool's first call against its
+    first call under jit, its repeat call against torch's."""
+    sides = [s for s in ("jaxpool", *PEERS, "floor") if s in _sides(results)]
+    lines = [
+        "Without `jax.jit`: each side's first call / repeat call. A JAX side's first call "
+        "comes after `jax.clear_caches()`, so it traces and compiles again (median of a few); "
+        "torch's is its first call on the cell's tensor. The floor shows what the loss around "
+        "the pooling costs eagerly. `jit first` = jaxpool's first call "
+        "under a fresh `jax.jit` (trace, compile and run). Targets: jaxpool's first call "
+        f"within {FIRST_TARGET:g}x of its `jit first`, its repeat call within "
+        f"{REPEAT_TARGET:g}x of torch's (the faster torch side); **bold** = missed.",
+        "",
+        "| cell | mode | " + " | ".join(sides)
+        + " | jaxpool jit first | first / jit first | repeat / torch |",
+        "|---|---|" + "---:|" * len(sides) + "---:|---:|---:|",
+    ]
+    last = None
+    for r in results:
+        first = r["cell"] != last
+        last = r["cell"]
+        cells = []
+        for s in sides:
+            e = r["sides"].get(s)
+            text = _cell(e, meta["reps"])
+            if e and e["status"] == "ok" and "first_ms" in e:
+                text = f"{_fmt(e['first_ms'])} / {text}"
+            cells.append(text)
+        jit_first = r["sides"].get("jaxpool", {}).get("jit_first_ms")
+        lines.append(
+            f"| {r['cell'] if first else ''} | {r['mode']} | " + " | ".join(cells)
+            + f" | {_fmt(jit_first) if jit_first else ''} | {_ratio(r.get('ratio_jit'), FIRST_TARGET)}"
+            + f" | {_ratio(r.get('ratio_torch'), REPEAT_TARGET, r.get('best_torch') or '')} |"
+        )
+    return lines
 
 
 def _median(r: dict, side: str) -> float | None:

@@ -14,12 +14,12 @@ try:
 except ImportError:  # pragma: no cover
     resource = None
 
-from .grid import MODES, Case
+from .grid import EAGER_MODES, MODES, Case
 from .machine import cores
-from .sides import JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
+from .sides import CANDIDATES, JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
 
-__all__ = ["Device", "check", "jax_mode", "kernel_count", "make_input", "measure", "run_case",
-           "summarize", "torch_mode", "torch_to_numpy"]
+__all__ = ["Device", "check", "first_calls", "jax_mode", "kernel_count", "make_input", "measure",
+           "run_case", "summarize", "torch_mode", "torch_to_numpy"]
 
 # Largest error allowed, relative to the largest reference value, before a side is "wrong".
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 5e-2, "float16": 1e-2}
@@ -219,12 +219,14 @@ def make_input(case: Case, seed: int) -> np.ndarray:
 
 def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=MODES,
              reps: int = 15, min_sample_s: float = 0.01, seed: int = 0,
-             budget_s: float | None = None,
+             budget_s: float | None = None, first_reps: int = 3,
              status: Callable[[str], None] = lambda s: None,
              tick: Callable[[], None] = lambda: None) -> list[dict]:
     """Check and time every side of `case` in each mode; one result dict per mode.
 
-    `sides` maps a side's name to None (run it) or the reason it cannot run.
+    `sides` maps a side's name to None (run it) or the reason it cannot run. In the
+    eager modes each side's first call is also timed, `first_reps` times (after clearing
+    JAX's caches), and jaxpool's first call under `jax.jit` beside it.
     """
     import jax
     import jax.numpy as jnp
@@ -238,7 +240,72 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
         xt = xt.contiguous(memory_format=torch.channels_last)
     x64 = torch.from_numpy(x32.astype(np.float64))
     op = case.torch_op()
+    built = _build_sides(case, sides)
 
+    results = []
+    for mode in modes:
+        eager = mode in EAGER_MODES
+        base = mode.removeprefix("eager-")  # the quantity an eager mode computes
+        status(f"{case.label} | {mode} | reference")
+        ref = torch_to_numpy(case, torch_mode(op, x64, base)())
+        entries, thunks = {}, {}
+        for name, (state, info, fn) in built.items():
+            if eager and name in CANDIDATES:
+                continue  # a candidate is a strategy for jaxpool's compiled programs
+            entry = {"status": state}
+            entries[name] = entry
+            if state != "ok":
+                entry["note" if state == "unsupported" else "error"] = info
+                continue
+            if info:
+                entry["notes"] = list(info)
+            status(f"{case.label} | {mode} | {'first calls of' if eager else 'compiling'} {name}")
+            try:
+                if name in TORCH_SIDES:
+                    thunk = torch_mode(op, xt, base, device.sync_torch, device.torch_threads(name))
+                    entry["compile_s"] = 0.0
+                elif eager:
+                    thunk = (lambda f=jax_mode(fn, base): f(xj).block_until_ready())
+                else:
+                    t0 = time.perf_counter()
+                    compiled = jax.jit(jax_mode(fn, mode)).lower(xj).compile()
+                    entry["compile_s"] = time.perf_counter() - t0
+                    entry["kernels"] = kernel_count(compiled.as_text())
+                    thunk = (lambda c=compiled: c(xj).block_until_ready())
+                if eager:
+                    ms, compiles, y = first_calls(thunk, name not in TORCH_SIDES, first_reps,
+                                                  budget_s)
+                    entry.update(first_ms=float(np.median(ms)), first_samples_ms=ms,
+                                 first_compiles=compiles)
+                    if name == "jaxpool":
+                        ms, _, _ = first_calls(
+                            lambda: jax.jit(jax_mode(fn, base))(xj).block_until_ready(),
+                            True, first_reps, budget_s)
+                        entry.update(jit_first_ms=float(np.median(ms)), jit_first_samples_ms=ms)
+                else:
+                    y = thunk()
+                y = torch_to_numpy(case, y) if name in TORCH_SIDES else np.asarray(y, np.float64)
+            except Exception as exc:  # noqa: BLE001  a failing peer is reported, not fatal
+                entry.update(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            problem = None if name == "floor" else check(y, ref, case.dtype)
+            if problem:
+                entry.update(status="wrong", error=problem)
+            else:
+                thunks[name] = thunk
+        del ref
+        status(f"{case.label} | {mode} | timing")
+        timed = measure(thunks, reps, min_sample_s, tick=tick, budget_s=budget_s)
+        for name, stats in timed.items():
+            entries[name].update(stats)
+        results.append(_result(case, mode, entries, device))
+        del thunks, timed
+        gc.collect()
+    return results
+
+
+def _build_sides(case: Case, sides: dict[str, str | None]) -> dict[str, tuple]:
+    """Per side: (state, notes or reason, function of the input or None)."""
     built = {}
     for name, why in sides.items():
         if why is not None:
@@ -253,52 +320,53 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
                 built[name] = ("unsupported", str(exc), None)
             except Exception as exc:  # noqa: BLE001  a peer's constructor may reject the cell in any way
                 built[name] = ("error", f"{type(exc).__name__}: {exc}", None)
+    return built
 
-    results = []
-    for mode in modes:
-        status(f"{case.label} | {mode} | reference")
-        ref = torch_to_numpy(case, torch_mode(op, x64, mode)())
-        entries, thunks = {}, {}
-        for name, (state, info, fn) in built.items():
-            entry = {"status": state}
-            if state != "ok":
-                entry["note" if state == "unsupported" else "error"] = info
-                entries[name] = entry
-                continue
-            if info:
-                entry["notes"] = list(info)
-            status(f"{case.label} | {mode} | compiling {name}")
-            try:
-                if name in TORCH_SIDES:
-                    thunk = torch_mode(op, xt, mode, device.sync_torch, device.torch_threads(name))
-                    entry["compile_s"] = 0.0
-                    y = torch_to_numpy(case, thunk())
-                else:
-                    t0 = time.perf_counter()
-                    compiled = jax.jit(jax_mode(fn, mode)).lower(xj).compile()
-                    entry["compile_s"] = time.perf_counter() - t0
-                    entry["kernels"] = kernel_count(compiled.as_text())
-                    thunk = (lambda c=compiled: c(xj).block_until_ready())
-                    y = np.asarray(thunk()).astype(np.float64)
-            except Exception as exc:  # noqa: BLE001  a failing peer is reported, not fatal
-                entry.update(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
-                entries[name] = entry
-                continue
-            problem = None if name == "floor" else check(y, ref, case.dtype)
-            if problem:
-                entry.update(status="wrong", error=problem)
-            else:
-                thunks[name] = thunk
-            entries[name] = entry
-        del ref
-        status(f"{case.label} | {mode} | timing")
-        timed = measure(thunks, reps, min_sample_s, tick=tick, budget_s=budget_s)
-        for name, stats in timed.items():
-            entries[name].update(stats)
-        results.append(_result(case, mode, entries, device))
-        del thunks, timed
-        gc.collect()
-    return results
+
+class _Compiles:
+    """The XLA programs this process has compiled, counted from JAX's monitoring events."""
+
+    total = 0
+    listening = False
+
+    @classmethod
+    def so_far(cls) -> int:
+        if not cls.listening:
+            import jax
+
+            jax.monitoring.register_event_duration_secs_listener(cls._listen)
+            cls.listening = True
+        return cls.total
+
+    @classmethod
+    def _listen(cls, event: str, duration: float, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            cls.total += 1
+
+
+def first_calls(thunk, fresh: bool, reps: int, budget_s: float | None = None):
+    """Time the first call of `thunk`: (milliseconds of each, XLA programs the first one
+    compiled, the last result).
+
+    `fresh`: JAX's caches are cleared before each call, so that each one traces and
+    compiles again (as in a new process, less its start-up), `reps` times; otherwise
+    (torch, which has no such caches) only the one first call is a first call. Stops early
+    once the calls took `budget_s` seconds in all.
+    """
+    import jax
+
+    samples, compiles, y = [], None, None
+    for _ in range(reps if fresh else 1):
+        if fresh:
+            jax.clear_caches()
+        before = _Compiles.so_far()
+        t0 = time.perf_counter()
+        y = thunk()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        compiles = _Compiles.so_far() - before if compiles is None else compiles
+        if budget_s is not None and sum(samples) > budget_s * 1e3:
+            break
+    return samples, compiles, y
 
 
 def _result(case: Case, mode: str, entries: dict, device: Device) -> dict:
@@ -309,7 +377,7 @@ def _result(case: Case, mode: str, entries: dict, device: Device) -> dict:
     peers = {n: med(n) for n in PEERS if med(n) is not None}
     best = min(peers, key=peers.get) if peers else None
     jp, fl = med("jaxpool"), med("floor")
-    return {
+    row = {
         "cell": case.label, "op": case.op, "mode": mode, "dtype": case.dtype,
         "channels_last": case.channels_last, "shape": list(case.shape),
         "bytes": case.nbytes, "device": device.kind, "sides": entries,
@@ -317,3 +385,14 @@ def _result(case: Case, mode: str, entries: dict, device: Device) -> dict:
         "ratio_peer": jp / peers[best] if jp is not None and best else None,
         "ratio_floor": jp / fl if jp is not None and fl else None,
     }
+    if mode in EAGER_MODES:
+        torches = {n: peers[n] for n in TORCH_SIDES if n in peers}
+        mine = entries.get("jaxpool", {})
+        row.update(
+            ratio_peer=None,  # eager calls have their own targets
+            best_torch=min(torches, key=torches.get) if torches else None,
+            ratio_torch=jp / min(torches.values()) if jp is not None and torches else None,
+            ratio_jit=(mine["first_ms"] / mine["jit_first_ms"]
+                       if mine.get("status") == "ok" and mine.get("jit_first_ms") else None),
+        )
+    return row

@@ -159,3 +159,39 @@ def test_the_reduce_window_candidate_skips_ragged_windows():
     out = runner.run_case(grid.adaptive((2, 3, 15, 15), 4), {"reduce_window": None},
                           runner.Device(), modes=("fwd",), reps=1, min_sample_s=0)
     assert out[0]["sides"]["reduce_window"]["status"] == "unsupported"
+
+
+def test_eager_modes_time_first_and_repeat_calls_against_jit_and_torch(tmp_path):
+    case = grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True)
+    out = runner.run_case(case, {"jaxpool": None, "torch": None, "torch-1t": None, "floor": None,
+                                 "reduce_window": None},
+                          runner.Device(), modes=("eager-fwd", "eager-grad"), reps=2,
+                          min_sample_s=0, first_reps=2)
+    for r in out:
+        jp, t = r["sides"]["jaxpool"], r["sides"]["torch"]
+        assert jp["status"] == "ok" and t["status"] == "ok", r
+        assert len(jp["first_samples_ms"]) == 2 and len(jp["jit_first_samples_ms"]) == 2
+        assert len(t["first_samples_ms"]) == 1  # torch has no caches to clear
+        assert jp["first_compiles"] >= 1  # a first call after clearing the caches compiles
+        assert r["ratio_jit"] == jp["first_ms"] / jp["jit_first_ms"]
+        assert r["best_torch"] in ("torch", "torch-1t") and r["ratio_torch"] > 0
+        assert r["ratio_peer"] is None  # eager calls have their own targets
+        assert "reduce_window" not in r["sides"]
+    text = report.markdown(out, {"date": "d", "machine": "m", "versions": "v", "command": "c",
+                                 "elapsed_s": 1.0, "reps": 2}, None)
+    assert "| jaxpool jit first | first / jit first | repeat / torch |" in text
+    assert text.count("| eager-") == 2
+
+
+def test_first_calls_clear_jax_caches_between_calls():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((3, 5))
+    f = jax.jit(lambda a: jnp.sin(a) * 3)
+    f(x)
+    ms, compiles, y = runner.first_calls(lambda: f(x).block_until_ready(), True, 3)
+    assert len(ms) == 3 and compiles == 1
+    ms, compiles, _ = runner.first_calls(lambda: f(x).block_until_ready(), False, 3)
+    assert len(ms) == 1 and compiles == 0  # not cleared: already compiled
+    np.testing.assert_allclose(y, np.sin(1.0) * 3, rtol=1e-6)
