@@ -8,14 +8,55 @@ from __future__ import annotations
 
 import operator
 
+import jax
 import numpy as np
 
 INT_MAX = 2**31 - 1
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+def check_array(op: str, x) -> None:
+    """Reject a torch tensor given as ``x``, saying how to convert it (JAX cannot read its
+    dtype). torch is not imported for this: the check reads the type's module."""
+    if type(x).__module__.split(".")[0] == "torch":
+        raise TypeError(f"{op} takes a JAX or NumPy array, got a torch tensor ({x.dtype}, "
+                        f"shape {tuple(x.shape)}); convert it first: parity.to_jax(t) (bit for "
+                        f"bit, bfloat16 included) or jnp.asarray(t.detach().cpu().numpy())")
+
+
+def check_shape(op: str, shape) -> tuple[int, ...]:
+    """A shape given to a shape rule: a tuple, list or torch.Size of ints, not an array."""
+    if hasattr(shape, "shape") and hasattr(shape, "dtype"):
+        raise TypeError(f"{op} takes the input's shape, not the input: pass x.shape (got an "
+                        f"array of shape {tuple(shape.shape)} and dtype {shape.dtype})")
+    accepted = "a tuple of non-negative ints, such as x.shape"
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{op} takes {accepted}, got {shape!r}")
+    extents = tuple(as_int("shape", extent, shape, accepted) for extent in shape)
+    if any(extent < 0 for extent in extents):
+        raise ValueError(f"{op} takes {accepted}, got {shape!r}")
+    return extents
+
+
+def as_int(name: str, entry, value, accepted: str) -> int:
+    """``entry`` (of the argument ``value``) as a Python int: any concrete integer (Python,
+    NumPy, JAX or torch scalar, or 0-d array), never a bool, a float or a traced value."""
+    def bad(kind: str) -> TypeError:
+        which = "" if entry is value else f"entry {entry!r} "
+        return TypeError(f"{name} must be {accepted}, got {value!r} ({which}is a {kind})")
+
+    if isinstance(entry, (bool, np.bool_)) or str(getattr(entry, "dtype", "")).endswith("bool"):
+        raise bad("bool")
+    try:
+        return operator.index(entry)
+    except (jax.errors.TracerIntegerConversionError, jax.errors.ConcretizationTypeError):
+        raise TypeError(
+            f"{name} must be static, got a traced value {entry!r}: sizes fix the output "
+            f"shape, so they cannot depend on a traced argument. Compute them from static "
+            f"shapes (x.shape) or Python ints, or mark the argument static: "
+            f"jax.jit(f, static_argnums=...)") from None
+    except TypeError:
+        raise bad(str(getattr(entry, "dtype", type(entry).__name__))) from None
 
 
 def check_bool(name: str, value) -> bool:
@@ -24,30 +65,40 @@ def check_bool(name: str, value) -> bool:
     return bool(value)
 
 
-def int_tuple(name: str, value, ndim: int, *, minimum: int, allow_none: bool = False
-              ) -> tuple:
-    """An int (repeated ``ndim`` times) or a tuple/list of ``ndim`` ints, each in
-    ``[minimum, 2**31 - 1]`` (``None`` entries allowed when ``allow_none``)."""
-    noun = "an int" if not allow_none else "an int, None"
-    accepted = f"{noun} or a tuple of {ndim} such values, each in [{minimum}, {INT_MAX}]"
-    if is_int(value) or (allow_none and value is None):
+def _entries(name: str, value, accepted: str) -> list | None:
+    """The entries of a sequence or 1-d array, or None for a single value."""
+    if isinstance(value, (tuple, list)):  # torch.Size is a tuple
+        return list(value)
+    shape = getattr(value, "shape", ())
+    if len(shape) == 0:
+        return None
+    if len(shape) > 1:
+        raise TypeError(f"{name} must be {accepted}, got an array of shape {tuple(shape)}")
+    return list(value)
+
+
+def int_tuple(name: str, value, ndim: int, *, minimum: int, allow_none: bool = False,
+              repeat_single: bool = True) -> tuple:
+    """Sizes in every form torch accepts, as ``ndim`` Python ints in ``[minimum, 2**31 - 1]``:
+    an int (repeated on every axis), or a tuple, list, torch.Size or 1-d integer array of
+    ``ndim`` entries (or of one, repeated, when ``repeat_single``); ``None`` entries too when
+    ``allow_none``. An int is any concrete integer (see :func:`as_int`)."""
+    noun = "an int, None" if allow_none else "an int"
+    counts = f"1 or {ndim}" if repeat_single and ndim > 1 else f"{ndim}"
+    accepted = f"{noun} or a tuple of {counts} such values, each in [{minimum}, {INT_MAX}]"
+    entries = _entries(name, value, accepted)
+    if entries is None:
         items = (value,) * ndim
-    elif isinstance(value, (tuple, list)):
-        if len(value) != ndim:
-            raise ValueError(f"{name} must have {ndim} entries (one per spatial axis), "
-                             f"got {value!r} with {len(value)}; expected {accepted}")
-        items = tuple(value)
+    elif len(entries) == ndim or (repeat_single and len(entries) == 1):
+        items = tuple(entries) * (ndim // len(entries))
     else:
-        raise TypeError(f"{name} must be {accepted}, got {value!r}")
-    for item in items:
-        if item is None and allow_none:
-            continue
-        if not is_int(item):
-            raise TypeError(f"{name} must be {accepted}, got {value!r} "
-                            f"(entry {item!r} is a {type(item).__name__})")
-        if not minimum <= item <= INT_MAX:
-            raise ValueError(f"{name} must be {accepted}, got {value!r}")
-    return tuple(None if item is None else operator.index(item) for item in items)
+        raise ValueError(f"{name} must have {counts} entries (one per spatial axis), "
+                         f"got {value!r} with {len(entries)}; expected {accepted}")
+    sizes = tuple(None if item is None and allow_none else as_int(name, item, value, accepted)
+                  for item in items)
+    if any(size is not None and not minimum <= size <= INT_MAX for size in sizes):
+        raise ValueError(f"{name} must be {accepted}, got {value!r}")
+    return sizes
 
 
 def check_channels_last(value) -> bool:

@@ -66,13 +66,11 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     ceil_mode = _checks.check_bool("ceil_mode", ceil_mode)
     count_include_pad = _checks.check_bool("count_include_pad", count_include_pad)
     if divisor_override is not None:
-        if not _checks.is_int(divisor_override):
-            raise TypeError(f"divisor_override must be None or a non-zero int, "
-                            f"got {divisor_override!r}")
+        divisor_override = _checks.as_int("divisor_override", divisor_override,
+                                          divisor_override, "None or a non-zero int")
         if divisor_override == 0 or abs(divisor_override) > _checks.INT_MAX:
             raise ValueError(f"divisor_override must be None or a non-zero int within "
                              f"+-{_checks.INT_MAX}, got {divisor_override!r}")
-        divisor_override = int(divisor_override)
     _check_padding(kernel, pads, kernel_size, padding)
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     for n, k, s, p in zip(spatial, kernel, strides, pads):
@@ -89,7 +87,9 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
 def plan_adaptive(op: str, shape, dtype, ndim: int, output_size,
                   channels_last=False) -> PoolPlan:
     channels_last = _checks.check_channels_last(channels_last)
-    sizes = _checks.int_tuple("output_size", output_size, ndim, minimum=1, allow_none=True)
+    # torch repeats no 1-tuple here: adaptive_avg_pool2d(x, (3,)) raises.
+    sizes = _checks.int_tuple("output_size", output_size, ndim, minimum=1, allow_none=True,
+                              repeat_single=False)
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     sizes = tuple(n if k is None else k for n, k in zip(spatial, sizes))
     axes = tuple(adaptive_plan(n, k) for n, k in zip(spatial, sizes))

@@ -1,5 +1,8 @@
 """Bad input: a ValueError or TypeError naming the argument and the value, before any
-computation; and torch rejects the same calls (except where jaxpool documents otherwise)."""
+computation; and torch rejects the same calls (except where jaxpool documents otherwise:
+``EXPECTED_DIFFERENCES`` in test_opinfo.py)."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +65,45 @@ BAD = [
      ["channels_last", "'NHWC'"], None),
     ("3d rank", lambda: jaxpool.avg_pool3d(X[0, 0], 2), ValueError, ["rank 4", "rank 5"],
      lambda: F.avg_pool3d(torch.zeros(6, 6), 2)),
+    # Sizes: any concrete integer, never a bool, a float or a traced value.
+    ("kernel traced", lambda: jax.jit(lambda x, k: jaxpool.avg_pool2d(x, k))(X, 2), TypeError,
+     ["kernel_size", "static", "x.shape", "static_argnums"], None),
+    ("output_size traced", lambda: jax.jit(lambda x, k: jaxpool.adaptive_max_pool2d(x, k))(
+        X, jnp.array([2, 2])), TypeError, ["output_size", "static", "static_argnums"], None),
+    ("dilation traced", lambda: jax.jit(lambda x, d: jaxpool.max_pool2d(x, 3, dilation=(d, 1)))(
+        X, 2), TypeError, ["dilation", "static"], None),
+    ("kernel numpy bool", lambda: jaxpool.avg_pool2d(X, np.bool_(True)), TypeError,
+     ["kernel_size", "True"], lambda: F.avg_pool2d(torch.zeros(2, 3, 6, 6), np.bool_(True))),
+    ("kernel bool array", lambda: jaxpool.avg_pool2d(X, np.array([True, True])), TypeError,
+     ["kernel_size", "bool"], None),
+    ("kernel torch bool", lambda: jaxpool.max_pool2d(X, torch.tensor(True)), TypeError,
+     ["kernel_size", "bool"], None),
+    ("kernel float array", lambda: jaxpool.avg_pool2d(X, np.array([2.0, 2.0])), TypeError,
+     ["kernel_size", "2."], None),
+    ("kernel jax float", lambda: jaxpool.avg_pool2d(X, jnp.float32(2)), TypeError,
+     ["kernel_size", "2"], None),
+    ("kernel 2-d array", lambda: jaxpool.avg_pool2d(X, np.full((2, 2), 2)), TypeError,
+     ["kernel_size", "shape (2, 2)"], None),
+    ("padding 3 entries", lambda: jaxpool.avg_pool2d(X, 3, padding=(1, 1, 1)), ValueError,
+     ["padding", "(1, 1, 1)", "1 or 2 entries"],
+     lambda: F.avg_pool2d(torch.zeros(2, 3, 6, 6), 3, padding=(1, 1, 1))),
+    ("padding empty", lambda: jaxpool.avg_pool2d(X, 3, padding=()), ValueError,
+     ["padding", "()"], lambda: F.avg_pool2d(torch.zeros(2, 3, 6, 6), 3, padding=())),
+    ("output_size 1-tuple in 2d", lambda: jaxpool.adaptive_avg_pool2d(X, (3,)), ValueError,
+     ["output_size", "(3,)", "2 entries"],
+     lambda: F.adaptive_avg_pool2d(torch.zeros(2, 3, 6, 6), (3,))),
+    ("dilation 0", lambda: jaxpool.max_pool2d(X, 3, dilation=0), ValueError, ["dilation", "0"],
+     lambda: F.max_pool2d(torch.zeros(2, 3, 6, 6), 3, dilation=0)),
+    ("dilation float", lambda: jaxpool.max_pool2d(X, 3, dilation=1.5), TypeError,
+     ["dilation", "1.5"], None),
+    # A torch tensor as x: say how to convert it.
+    *[(f"torch tensor into {name}", functools.partial(getattr(jaxpool, name),
+                                                      torch.zeros(2, 3, 6, 6), *args),
+       TypeError, [name, "torch", "parity.to_jax", ".numpy()"], None)
+      for name, args in [("avg_pool2d", (2,)), ("adaptive_avg_pool2d", (2,)),
+                         ("global_avg_pool", ()), ("max_pool2d", (2,)),
+                         ("adaptive_max_pool2d", (2,)), ("global_max_pool", ()),
+                         ("lp_pool2d", (2, 2))]],
 ]
 
 
@@ -83,12 +125,26 @@ def test_errors_come_before_any_computation():
                        jax.ShapeDtypeStruct((2, 3, 6, 6), jnp.float32))
 
 
-def test_documented_differences_from_torch():
-    """stride 0 means kernel_size (torch raises); an empty batch works, as in torch."""
-    x = np.arange(2 * 3 * 6 * 6, dtype=np.float32).reshape(2, 3, 6, 6)
-    np.testing.assert_array_equal(np.asarray(jaxpool.avg_pool2d(x, 2, stride=0)),
-                                  np.asarray(jaxpool.avg_pool2d(x, 2)))
-    with pytest.raises(RuntimeError):
-        F.avg_pool2d(torch.tensor(x), 2, stride=0)
+def test_an_empty_batch_works():
+    """As in torch: only the batch axis may be empty."""
     empty = jaxpool.adaptive_avg_pool2d(np.zeros((0, 3, 6, 6), np.float32), 4)
-    assert empty.shape == (0, 3, 4, 4)
+    assert empty.shape == tuple(F.adaptive_avg_pool2d(torch.zeros(0, 3, 6, 6), 4).shape)
+
+
+def test_a_torch_tensor_is_not_printed():
+    """The message names the tensor's dtype and shape, not its values."""
+    with pytest.raises(TypeError) as info:
+        jaxpool.avg_pool2d(torch.full((2, 3, 6, 6), 12345.0), 2)
+    assert "12345" not in str(info.value) and "(2, 3, 6, 6)" in str(info.value)
+
+
+def test_concrete_sizes_of_every_integer_kind_are_python_ints():
+    """NumPy, JAX and torch integers become plain ints: plans stay hashable and compare equal
+    whatever kind of integer the caller used."""
+    from jaxpool.plan import plan_avg_pool
+    forms = [3, np.int64(3), np.uint8(3), jnp.int32(3), np.array(3), torch.tensor(3),
+             (3, 3), [3, 3], (3,), np.array([3, 3]), jnp.array([3, 3], jnp.int16),
+             torch.Size([3, 3]), torch.tensor([3, 3])]
+    plans = {plan_avg_pool("avg_pool2d", X.shape, X.dtype, 2, form) for form in forms}
+    assert len(plans) == 1
+    assert all(type(v) is int for axis in plans.pop().axes for v in axis.starts + axis.stops)
