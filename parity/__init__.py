@@ -1,25 +1,20 @@
-"""parity: check that a JAX function and a torch function agree, in value and in
-derivatives of every order.
+"""parity: check that JAX code agrees with torch code, in value and in derivatives of every
+order.
 
     report = parity.compare(jax_fn, torch_fn, x, orders=3)
     report.ok, report.rows
     parity.assert_parity(jax_fn, torch_fn, x)          # raises ParityError with a diff
     parity.compare_errors(jax_fn, torch_fn, [parity.Call(x, bad=1)])
 
-``python -m parity`` runs the pooling suite (jaxpool against torch.nn.functional).
+Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``results``
+(``Row``, ``Report``, ``ParityError``), ``tolerances``, ``convert`` (arrays across, bit for
+bit). ``python -m parity`` runs the jaxpool pooling suite (``parity.pooling``).
 """
 
-from .compare import (
-    DEFAULT_TOLERANCES,
-    Call,
-    ParityError,
-    Report,
-    Row,
-    assert_parity,
-    compare,
-    compare_errors,
-)
+from .compare import Call, assert_parity, compare, compare_errors
 from .convert import to_jax, to_numpy, to_torch
+from .results import ParityError, Report, Row
+from .tolerances import DEFAULT_TOLERANCES
 
 __all__ = [
     "Call",

@@ -9,6 +9,7 @@ for the conversion so a float64 tensor never silently becomes float32.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
-__all__ = ["to_torch", "to_jax", "to_numpy", "numpy_dtype", "x64", "TORCH_DTYPES"]
+__all__ = ["to_torch", "to_jax", "to_numpy", "numpy_dtype", "x64", "TORCH_DTYPES", "is_array",
+           "map_arrays", "output_leaves"]
 
 # NumPy dtype -> torch dtype, for the dtypes parity moves across.
 TORCH_DTYPES = {
@@ -88,3 +90,35 @@ def to_jax(tensor) -> jax.Array:
     if out.dtype != a.dtype:  # pragma: no cover - would mean a silent cast
         raise TypeError(f"to_jax: dtype {a.dtype} became {out.dtype}")
     return out
+
+
+def is_array(a) -> bool:
+    """A NumPy/JAX array, NumPy scalar or torch tensor (what parity converts; the rest of an
+    argument pytree, ints, strings, None, reaches both sides unchanged)."""
+    return isinstance(a, (np.ndarray, np.generic, jax.Array, torch.Tensor))
+
+
+def map_arrays(convert, tree):
+    """``tree`` with every array leaf replaced by ``convert(leaf)``; other leaves as they are."""
+    return jax.tree_util.tree_map(lambda a: convert(a) if is_array(a) else a, tree)
+
+
+def output_leaves(y, path: str = "output") -> list[tuple[str, object]]:
+    """Flatten a result into ``(path, leaf)`` pairs: an array, or tuples, lists, named tuples
+    and mappings of them (what JAX functions and torch modules return). Mappings go in
+    sorted key order, so that a dict keeps its order through ``jax.jit``; None is empty."""
+    if y is None:
+        return []
+    if isinstance(y, Mapping):
+        keys = list(y)
+        try:
+            keys = sorted(keys)
+        except TypeError:  # keys of mixed types: keep the mapping's own order
+            pass
+        return [leaf for k in keys for leaf in output_leaves(y[k], f"{path}[{k!r}]")]
+    if isinstance(y, (tuple, list)):
+        # named tuples have _fields; torch.return_types (struct sequences) __match_args__
+        fields = getattr(type(y), "_fields", None) or getattr(type(y), "__match_args__", None)
+        names = [f".{f}" for f in fields] if fields else [f"[{i}]" for i in range(len(y))]
+        return [leaf for name, item in zip(names, y) for leaf in output_leaves(item, path + name)]
+    return [(path, y)]

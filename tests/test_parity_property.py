@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import parity
-from parity.suite import jax_counterpart, torch_counterpart
+from parity.pooling.ops import jax_counterpart, torch_counterpart
 
 EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,

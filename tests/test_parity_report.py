@@ -11,9 +11,9 @@ from rich.console import Console
 
 import jaxpool
 import parity
-from parity import report as report_mod
-from parity import suite
-from parity.__main__ import main
+from parity.pooling import report as report_mod
+from parity.pooling import grid as suite
+from parity.pooling.cli import main
 
 
 def _case(op, dtype="float64", channels_last=False):

@@ -7,35 +7,15 @@ import math
 import platform
 from typing import Sequence
 
-import numpy as np
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .compare import DEFAULT_TOLERANCES, HALF_ROUNDINGS, TORCH_ERR_FACTOR
-from .suite import CaseResult
+from ..tolerances import TOLERANCE_NOTE
+from .grid import CaseResult
 
 __all__ = ["TOLERANCE_NOTE", "summary", "render_table", "to_json", "to_markdown"]
-
-def _tolerance_note() -> str:
-    rt = {np.dtype(k).name: v[0] for k, v in DEFAULT_TOLERANCES.items()}
-    return (
-        "Errors are normwise: max|jax - reference| / max|reference| over a check. float64 and "
-        f"float32 compare JAX with torch directly (rtol {rt['float64']:g} and "
-        f"{rt['float32']:g} of max|torch|: a different summation order costs a few ulps per "
-        "term). float16 and bfloat16 compare JAX with torch run in float64 on the same rounded "
-        f"numbers, and allow {HALF_ROUNDINGS} * (order + 1) * u * max|reference| + "
-        f"{TORCH_ERR_FACTOR} * (torch's own half-precision error): u is the unit roundoff "
-        "(2^-11 for float16, 2^-8 for bfloat16), a correctly rounded result is off by at most "
-        "u, and a check chains order + 1 half-precision maps, each rounding its input and its "
-        "output; the second term admits the cancellation torch itself "
-        "suffers, so JAX passes when it is about as accurate as torch."
-    )
-
-
-TOLERANCE_NOTE = _tolerance_note()
 
 
 def _orders(results: Sequence[CaseResult]) -> list[int]:

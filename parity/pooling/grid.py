@@ -1,4 +1,4 @@
-"""The pooling suite: every jaxpool op against its torch.nn.functional counterpart.
+"""The cases of the pooling suite: which ops run on which inputs with which arguments.
 
 A ``Case`` is one op with one set of arguments on one input (shape, dtype, layout); the
 grid of cases is ``quick_cases()`` or ``full_cases()``. ``ErrorCase`` lists argument sets
@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable
 
 import ml_dtypes
 import numpy as np
-import torch.nn.functional as F
 
-from .compare import Call, Report, compare, compare_errors
+from ..compare import Call, compare, compare_errors
+from ..results import Report
+from .ops import OPS, jax_counterpart, torch_counterpart, torch_error_fn
 
 __all__ = [
     "OPS",
@@ -29,8 +30,6 @@ __all__ = [
     "full_cases",
     "error_cases",
     "run_case",
-    "torch_counterpart",
-    "jax_counterpart",
 ]
 
 DTYPES = {
@@ -39,69 +38,6 @@ DTYPES = {
     "float16": np.dtype(np.float16),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
 }
-
-# op name -> (number of spatial dims, kind)
-OPS = {
-    "avg_pool1d": (1, "avg"),
-    "avg_pool2d": (2, "avg"),
-    "avg_pool3d": (3, "avg"),
-    "adaptive_avg_pool1d": (1, "adaptive"),
-    "adaptive_avg_pool2d": (2, "adaptive"),
-    "adaptive_avg_pool3d": (3, "adaptive"),
-    "global_avg_pool": (2, "global"),
-}
-
-_TORCH_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
-_TORCH_ADAPTIVE = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
-
-
-def _pair1d(v):
-    return (1, v[0] if isinstance(v, (tuple, list)) else v)
-
-
-def _torch_avg(ndim: int, kwargs: dict) -> Callable:
-    if ndim == 1 and kwargs.get("divisor_override") is not None:
-        # torch's avg_pool1d has no divisor_override: pool a [.., 1, L] view in 2d.
-        kw = dict(kwargs)
-        kw["kernel_size"] = _pair1d(kw["kernel_size"])
-        if kw.get("stride") is not None:
-            kw["stride"] = _pair1d(kw["stride"])
-        kw["padding"] = (0, _pair1d(kw.get("padding", 0))[1])
-        return lambda x: F.avg_pool2d(x.unsqueeze(-2), **kw).squeeze(-2)
-    kw = dict(kwargs)
-    if ndim == 1:
-        kw.pop("divisor_override", None)
-    return lambda x: _TORCH_AVG[ndim](x, **kw)
-
-
-def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
-    """The torch function that ``jaxpool.<op>(x, **kwargs)`` must match (same layout as x)."""
-    ndim, kind = OPS[op]
-    if kind == "avg":
-        fn = _torch_avg(ndim, kwargs)
-    elif kind == "adaptive":
-        fn = lambda x: _TORCH_ADAPTIVE[ndim](x, **kwargs)  # noqa: E731
-    else:
-        if channels_last:
-            return lambda x: x.mean(dim=(1, 2))
-        return lambda x: x.mean(dim=(2, 3))
-    if not channels_last:
-        return fn
-
-    def channels_last_fn(x):
-        # torch pools channels-first: move the channel axis there and back.
-        c = x.ndim - ndim - 1
-        return fn(x.movedim(-1, c)).movedim(c, -1)
-
-    return channels_last_fn
-
-
-def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
-    import jaxpool
-
-    fn = getattr(jaxpool, op)
-    return lambda x: fn(x, **kwargs, channels_last=channels_last)
-
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -117,7 +53,7 @@ class Case:
 
     @property
     def ndim(self) -> int:
-        return OPS[self.op][0]
+        return OPS[self.op].ndim
 
     @property
     def layout(self) -> str:
@@ -205,19 +141,8 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
     if isinstance(case, ErrorCase):
         import jaxpool
 
-        ndim, kind = OPS[case.op]
         calls = [Call(*args, label=label, **dict(kw)) for label, args, kw in case.calls]
-        if kind == "avg":
-            def torch_fn(x, *args, **kw):
-                names = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
-                         "divisor_override"]
-                kw.update(zip(names, args))
-                return torch_counterpart(case.op, kw)(x)
-        elif kind == "adaptive":
-            torch_fn = _TORCH_ADAPTIVE[ndim]
-        else:
-            torch_fn = torch_counterpart(case.op, {})
-        report = compare_errors(getattr(jaxpool, case.op), torch_fn, calls)
+        report = compare_errors(getattr(jaxpool, case.op), torch_error_fn(case.op), calls)
     else:
         jax_fn, torch_fn = case.functions()
         report = compare(jax_fn, torch_fn, case.inputs(), orders=case.orders, seed=case.seed,
@@ -349,7 +274,7 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
     dtypes = list(dtypes or DTYPES)
     cases: list = []
     for op in ops:
-        ndim, kind = OPS[op]
+        ndim, kind = OPS[op].ndim, OPS[op].kind
         if kind == "avg":
             variants = _full_avg(ndim)
         elif kind == "adaptive":
@@ -379,7 +304,7 @@ def error_cases(op: str) -> ErrorCase:
     kernel_size, torch raises) and output_size 0 (jaxpool raises, torch returns an empty
     array); integer input to avg_pool1d/2d/3d in int64 (torch averages it, jaxpool raises).
     """
-    ndim, kind = OPS[op]
+    ndim, kind = OPS[op].ndim, OPS[op].kind
     rng = np.random.default_rng(zlib.crc32(op.encode()))
     spatial = (5,) * ndim
     x = rng.standard_normal((2, 3) + spatial)

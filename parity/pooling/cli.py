@@ -1,0 +1,128 @@
+"""``python -m parity``: check every jaxpool op against torch, values and derivatives to order 3.
+
+Exit status 0 only if every check passed (1 if any failed, 2 for bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+import time
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from . import grid
+from . import report as report_mod
+from .ops import OPS
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m parity",
+        description="Check jaxpool against torch.nn.functional: forward values and "
+                    "derivatives to order 3, every op, dtype and layout.",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true",
+                      help="the default grid: each op in every dtype and layout, plus "
+                           "argument variants in float64")
+    which.add_argument("--full", action="store_true",
+                      help="every argument set in every dtype, both layouts in float64 "
+                           "(a long sweep)")
+    p.add_argument("--op", action="append", metavar="OP",
+                   help=f"only these ops (repeat or comma-separate): {', '.join(OPS)}")
+    p.add_argument("--dtype", action="append", metavar="DTYPE",
+                   help=f"only these dtypes: {', '.join(grid.DTYPES)}")
+    p.add_argument("--layout", choices=("first", "last"), help="only this layout")
+    p.add_argument("--orders", type=int, default=None, metavar="N",
+                   help="highest derivative order (default 3)")
+    p.add_argument("--json", type=pathlib.Path, metavar="PATH", help="write results as JSON")
+    p.add_argument("--markdown", type=pathlib.Path, metavar="PATH",
+                   help="write results as a Markdown report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    return p
+
+
+def select_cases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list:
+    ops = _split(args.op)
+    dtypes = _split(args.dtype)
+    for op in ops or []:
+        if op not in OPS:
+            parser.error(f"--op: unknown op {op!r}; choose from {', '.join(OPS)}")
+    for dt in dtypes or []:
+        if dt not in grid.DTYPES:
+            parser.error(f"--dtype: unknown dtype {dt!r}; choose from {', '.join(grid.DTYPES)}")
+    if args.orders is not None and args.orders < 0:
+        parser.error(f"--orders must be >= 0, got {args.orders}")
+    make = grid.full_cases if args.full else grid.quick_cases
+    cases = make(ops, dtypes)
+    if args.layout:
+        cases = [c for c in cases if c.layout in (args.layout, "-")]
+    if args.orders is not None:
+        cases = [dataclasses.replace(c, orders=min(c.orders, args.orders))
+                 if isinstance(c, grid.Case) else c for c in cases]
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    cases = select_cases(args, parser)
+    if args.list:
+        for c in cases:
+            console.print(c.key, markup=False, highlight=False)
+        return 0
+    try:
+        import jaxpool  # noqa: F401
+    except ImportError as e:
+        console.print(f"parity: cannot import jaxpool ({e}); install it first", style="red")
+        return 2
+    import torch
+
+    # The suite's arrays are tiny; threads would only add overhead.
+    torch.set_num_threads(1)
+
+    results = []
+    t0 = time.perf_counter()
+    progress = Progress(
+        SpinnerColumn(), BarColumn(bar_width=24), MofNCompleteColumn(),
+        TextColumn("{task.fields[failed]}", style="bold red"), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}", style="dim"),
+        console=console, transient=True, disable=args.no_progress,
+    )
+    with progress:
+        # Most of the time goes into compiling one JAX program per case.
+        task = progress.add_task("", total=len(cases), failed="")
+        failed = 0
+        for case in cases:
+            progress.update(task, description=case.key)
+            res = grid.run_case(case)
+            results.append(res)
+            failed += not res.ok
+            progress.update(task, advance=1, failed=f"{failed} failed" if failed else "")
+    seconds = time.perf_counter() - t0
+
+    report_mod.render_table(results, console, seconds)
+    if args.json:
+        args.json.write_text(report_mod.to_json(results, seconds))
+        console.print(f"JSON written to {args.json}")
+    if args.markdown:
+        args.markdown.write_text(report_mod.to_markdown(results, seconds))
+        console.print(f"Markdown written to {args.markdown}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Every jaxpool op the suite checks, and the torch function each must match.
+
+``OPS[name]`` says how many spatial axes the op pools, its kind, the names of its positional
+arguments after ``x`` (torch's order) and how to build its torch counterpart on a
+channels-first input from keyword arguments. ``torch_counterpart`` / ``jax_counterpart``
+give both sides for either layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..convert import output_leaves
+
+__all__ = ["OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn"]
+
+
+def _pair1d(v):
+    return (1, v[0] if isinstance(v, (tuple, list)) else v)
+
+
+def _torch_avg(ndim: int) -> Callable[[dict], Callable]:
+    pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[ndim]
+
+    def build(kwargs):
+        kw = dict(kwargs)
+        if ndim == 1 and kw.get("divisor_override") is not None:
+            # torch's avg_pool1d has no divisor_override: pool a [.., 1, L] view in 2d.
+            kw["kernel_size"] = _pair1d(kw["kernel_size"])
+            if kw.get("stride") is not None:
+                kw["stride"] = _pair1d(kw["stride"])
+            kw["padding"] = (0, _pair1d(kw.get("padding", 0))[1])
+            return lambda x: F.avg_pool2d(x.unsqueeze(-2), **kw).squeeze(-2)
+        if ndim == 1:
+            kw.pop("divisor_override", None)
+        return lambda x: pool(x, **kw)
+
+    return build
+
+
+def _torch_fn(fn) -> Callable[[dict], Callable]:
+    return lambda kwargs: (lambda x: fn(x, **kwargs))
+
+
+def _torch_global(reduce: str) -> Callable[[dict], Callable]:
+    # Axes 2 and 3, not -2 and -1: a rank-3 input must raise, as it does in jaxpool.
+    return lambda kwargs: (lambda x: getattr(x, reduce)(dim=(2, 3)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    ndim: int  # spatial axes pooled
+    kind: str  # "avg", "adaptive", "global" (and the max / LP kinds)
+    params: tuple[str, ...]  # positional arguments after x, in torch's order
+    torch: Callable[[dict], Callable]  # keyword arguments -> torch function of x (channels-first)
+
+
+_AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+
+OPS: dict[str, Op] = {
+    "avg_pool1d": Op(1, "avg", _AVG, _torch_avg(1)),
+    "avg_pool2d": Op(2, "avg", _AVG, _torch_avg(2)),
+    "avg_pool3d": Op(3, "avg", _AVG, _torch_avg(3)),
+    "adaptive_avg_pool1d": Op(1, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool1d)),
+    "adaptive_avg_pool2d": Op(2, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool2d)),
+    "adaptive_avg_pool3d": Op(3, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool3d)),
+    "global_avg_pool": Op(2, "global", (), _torch_global("mean")),
+}
+
+
+def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
+    """The torch function that ``jaxpool.<op>(x, **kwargs)`` must match (same layout as x)."""
+    spec = OPS[op]
+    fn = spec.torch(kwargs)
+    if not channels_last:
+        return fn
+
+    def channels_last_fn(x):
+        # torch pools channels-first: move the channel axis there, and every pooled output
+        # (values and indices alike) back.
+        c = x.ndim - spec.ndim - 1
+        y = fn(x.movedim(-1, c))
+        if isinstance(y, torch.Tensor):
+            return y.movedim(c, -1) if y.ndim == x.ndim else y
+        return tuple(t.movedim(c, -1) if t.ndim == x.ndim else t for _, t in output_leaves(y))
+
+    return channels_last_fn
+
+
+def torch_error_fn(op: str) -> Callable:
+    """torch's side of the error cases: ``fn(x, *args, **kwargs)`` with jaxpool's argument
+    order, so that one ``Call`` serves both sides."""
+
+    def fn(x, *args, **kwargs):
+        kwargs.update(zip(OPS[op].params, args))
+        return torch_counterpart(op, kwargs)(x)
+
+    return fn
+
+
+def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
+    import jaxpool
+
+    fn = getattr(jaxpool, op)
+    return lambda x: fn(x, **kwargs, channels_last=channels_last)
