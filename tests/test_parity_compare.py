@@ -355,3 +355,138 @@ def test_report_serialises(image):
     assert d["ok"] is False and len(d["rows"]) == len(report.rows)
     assert "FAIL" in str(report)
     assert set(report.worst_by_order()) == {0, 1}
+
+
+# --------------------------------------------------------------------------- pytrees
+
+
+def test_non_array_arguments_reach_both_sides_unchanged(image):
+    import jaxpool
+
+    report = parity.compare(jaxpool.avg_pool2d, F.avg_pool2d, image, 3, orders=1)
+    assert report.ok, report
+    assert [r.name for r in report.rows] == ["value", "vjp", "jvp"]
+    # tuples of ints, None and bools are arguments, not inputs to differentiate
+    report = parity.compare(jaxpool.avg_pool2d, F.avg_pool2d, image, (3, 2), None, (1, 0), True,
+                            orders=1)
+    assert report.ok, report
+    assert parity.compare(lambda x, mode: jnp.tanh(x) if mode == "tanh" else x,
+                          lambda x, mode: torch.tanh(x) if mode == "tanh" else x,
+                          image, "tanh").ok
+
+
+def _jax_mlp(params, x):
+    h = jnp.tanh(x @ params["hidden"]["w"] + params["hidden"]["b"])
+    return h @ params["out"]
+
+
+def _torch_mlp(params, x):
+    h = torch.tanh(x @ params["hidden"]["w"] + params["hidden"]["b"])
+    return h @ params["out"]
+
+
+@pytest.fixture
+def mlp():
+    rng = np.random.default_rng(11)
+    params = {"hidden": {"w": rng.standard_normal((4, 5)), "b": rng.standard_normal(5)},
+              "out": rng.standard_normal((5, 2))}
+    return params, rng.standard_normal((3, 4))
+
+
+def test_parameter_pytree_is_differentiated_leaf_by_leaf(mlp):
+    params, x = mlp
+    report = parity.compare(_jax_mlp, _torch_mlp, params, x, orders=2)
+    assert report.ok, report
+    names = [r.name for r in report.rows]
+    for check in ("vjp", "double backward d/dinput", "hvp", "d2 reverse"):
+        assert [n for n in names if n.startswith(check + " ")] == [
+            f"{check} input0['hidden']['b']", f"{check} input0['hidden']['w']",
+            f"{check} input0['out']", f"{check} input1"]
+    assert "value" in names and "jvp" in names  # one output: no path
+    # argnums picks whole arguments: only the parameters
+    report = parity.compare(_jax_mlp, _torch_mlp, params, x, orders=1, argnums=0)
+    assert not any(r.name.endswith("input1") for r in report.rows)
+
+
+def test_wrong_gradient_of_one_parameter_is_named_by_its_path(mlp):
+    params, x = mlp
+
+    def torch_wrong_bias_grad(params, x):
+        b = params["hidden"]["b"]
+        b = b + 0.5 * (b - b.detach())  # same value, gradient 1.5 times too large
+        return _torch_mlp({**params, "hidden": {**params["hidden"], "b": b}}, x)
+
+    report = parity.compare(_jax_mlp, torch_wrong_bias_grad, params, x, orders=1)
+    failing = {r.name for r in report.failures}
+    assert failing == {"vjp input0['hidden']['b']", "jvp"}, report
+    row = next(r for r in report.rows if r.name == "vjp input0['hidden']['b']")
+    assert "worst at input0['hidden']['b'][" in row.detail
+
+
+def test_pytree_outputs_each_leaf_its_own_rows():
+    x = np.random.default_rng(12).standard_normal((3, 6))
+
+    def jax_stats(x):
+        return {"mean": x.mean(-1), "parts": (jnp.sin(x), [x**2])}
+
+    def torch_stats(x):
+        return {"parts": (torch.sin(x), [x**2]), "mean": x.mean(-1)}  # another dict order
+
+    report = parity.compare(jax_stats, torch_stats, x, orders=2)
+    assert report.ok, report
+    values = [r.name for r in report.rows if r.name.startswith("value")]
+    assert values == ["value output['mean']", "value output['parts'][0]",
+                      "value output['parts'][1][0]"]
+    assert any(r.name == "jvp output['parts'][0]" for r in report.rows)
+
+    def torch_stats_wrong(x):
+        return {"parts": (torch.sin(x), [x**2 + 1e-9]), "mean": x.mean(-1)}
+
+    report = parity.compare(jax_stats, torch_stats_wrong, x, orders=0)
+    assert [r.name for r in report.failures] == ["value output['parts'][1][0]"]
+
+
+def test_named_tuple_and_integer_outputs():
+    """torch.sort returns a named tuple (values, indices); the indices are compared exactly
+    and left out of the derivatives."""
+    x = np.random.default_rng(13).standard_normal((4, 7))
+
+    def jax_sort(x):
+        i = jnp.argsort(x, axis=-1)
+        return jnp.take_along_axis(x, i, -1), i
+
+    report = parity.compare(jax_sort, lambda x: torch.sort(x, -1), x, orders=2)
+    assert report.ok, report
+    index_rows = [r for r in report.rows if r.name.endswith(".indices")]
+    assert [r.name for r in index_rows] == ["value output.indices"]
+    assert index_rows[0].tol == 0.0
+    assert any(r.name == "vjp" for r in report.rows)  # one float output: no path
+
+    def jax_sort_off_by_one(x):
+        v, i = jax_sort(x)
+        return v, i.at[0, 0].add(1)
+
+    report = parity.compare(jax_sort_off_by_one, lambda x: torch.sort(x, -1), x, orders=1)
+    assert [r.name for r in report.failures] == ["value output.indices"]
+    assert "worst at output.indices[0, 0]" in report.failures[0].detail
+
+
+def test_leaf_count_and_structure_mismatch_is_a_failure():
+    x = np.random.default_rng(14).standard_normal((3, 4))
+    report = parity.compare(lambda x: (x, x), lambda x: x, x)
+    assert not report.ok and "2 output arrays (jax) vs 1" in report.rows[0].note
+
+
+def test_call_arguments_may_be_pytrees():
+    x = np.random.default_rng(15).standard_normal((2, 3, 6, 6))
+    calls = [parity.Call({"x": x}, 2), parity.Call([x], kernel_size=2)]
+
+    def jax_pool(x, kernel_size):
+        if not isinstance(x, jax.Array):
+            raise TypeError(f"x must be an array, got {type(x).__name__}")
+        return jax_avg_pool2d(x, kernel_size, kernel_size)
+
+    report = parity.compare_errors(jax_pool, F.avg_pool2d, calls)
+    assert report.ok, report
+    assert report.rows[0].name == "raises {'x': float64[2, 3, 6, 6]}, 2"
+    assert report.rows[1].name == "raises [float64[2, 3, 6, 6]], kernel_size=2"
