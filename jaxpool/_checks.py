@@ -24,17 +24,17 @@ def check_array(op: str, x) -> None:
                         f"bit, bfloat16 included) or jnp.asarray(t.detach().cpu().numpy())")
 
 
-def check_shape(op: str, shape) -> tuple[int, ...]:
+def check_shape(op: str, shape, name: str = "input_shape") -> tuple[int, ...]:
     """A shape given to a shape rule: a tuple, list or torch.Size of ints, not an array."""
     if hasattr(shape, "shape") and hasattr(shape, "dtype"):
         raise TypeError(f"{op} takes the input's shape, not the input: pass x.shape (got an "
                         f"array of shape {tuple(shape.shape)} and dtype {shape.dtype})")
     accepted = "a tuple of non-negative ints, such as x.shape"
     if not isinstance(shape, (tuple, list)):
-        raise TypeError(f"{op} takes {accepted}, got {shape!r}")
-    extents = tuple(as_int("shape", extent, shape, accepted) for extent in shape)
+        raise TypeError(f"{op}: {name} must be {accepted}, got {shape!r}")
+    extents = tuple(as_int(f"{op}: {name}", extent, shape, accepted) for extent in shape)
     if any(extent < 0 for extent in extents):
-        raise ValueError(f"{op} takes {accepted}, got {shape!r}")
+        raise ValueError(f"{op}: {name} must be {accepted}, got {shape!r}")
     return extents
 
 

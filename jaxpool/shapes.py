@@ -1,82 +1,401 @@
 """Shape rules of every op, in plain Python: no tracing, no arrays.
 
-Forward: each function takes an input shape and the op's arguments and returns the output
-shape (raising the op's own errors). Backward, as the catalog defines it: ``output_size`` and
-the channel count can be read from an output shape, the input's spatial extents cannot
-(every input extent maps to the requested output).
+Forward: each function takes an input shape and the op's arguments (the same names and
+defaults as the op) and returns the output shape, raising the op's own errors. Backward, as
+the catalog defines it: ``output_size`` and the channel count can be read from an output
+shape, the input's spatial extents cannot (every input extent maps to the requested output).
+
+Example:
+  >>> jaxpool.shapes.max_pool2d((8, 64, 112, 112), 3, 2, 1)
+  (8, 64, 56, 56)
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from jaxpool import _checks
-from jaxpool.plan import plan_adaptive, plan_avg_pool, plan_global
+from jaxpool.ops import OutputSize, Size
+from jaxpool.plan import (PoolPlan, plan_adaptive, plan_avg_pool, plan_global, plan_lp_pool,
+                          plan_max_pool)
+
+Shape = Sequence[int]
+"""A shape: a tuple, list or ``torch.Size`` of ints, such as ``x.shape`` (not ``x``)."""
 
 
-def _avg_pool_shape(ndim: int, name: str):
-    def shape_rule(input_shape, kernel_size, stride=None, padding=0, ceil_mode=False,
-                   count_include_pad=True, divisor_override=None, *, channels_last=False):
-        return plan_avg_pool(name, tuple(input_shape), None, ndim, kernel_size, stride,
-                             padding, ceil_mode, count_include_pad, divisor_override,
-                             channels_last).output_shape
-
-    shape_rule.__name__ = shape_rule.__qualname__ = name
-    shape_rule.__doc__ = f"Output shape of ``jaxpool.{name}`` for an input of ``input_shape``."
-    return shape_rule
+def _input(op: str, shape: Shape, name: str = "input_shape") -> tuple[int, ...]:
+    return _checks.check_shape(f"jaxpool.shapes.{op}", shape, name)
 
 
-def _adaptive_shape(ndim: int, name: str):
-    def shape_rule(input_shape, output_size, *, channels_last=False):
-        return plan_adaptive(name, tuple(input_shape), None, ndim, output_size,
-                             channels_last).output_shape
+def avg_pool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.avg_pool1d`.
 
-    shape_rule.__name__ = shape_rule.__qualname__ = name
-    shape_rule.__doc__ = f"Output shape of ``jaxpool.{name}`` for an input of ``input_shape``."
-    return shape_rule
+    Args:
+      input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+        channels_last: as :func:`jaxpool.avg_pool1d`.
+
+    Returns:
+      The output shape, same layout: L becomes
+      ``floor((L + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+    """
+    return plan_avg_pool("avg_pool1d", _input("avg_pool1d", input_shape), None, 1, kernel_size,
+                         stride, padding, ceil_mode, count_include_pad, divisor_override,
+                         channels_last).output_shape
 
 
-avg_pool1d = _avg_pool_shape(1, "avg_pool1d")
-avg_pool2d = _avg_pool_shape(2, "avg_pool2d")
-avg_pool3d = _avg_pool_shape(3, "avg_pool3d")
-adaptive_avg_pool1d = _adaptive_shape(1, "adaptive_avg_pool1d")
-adaptive_avg_pool2d = _adaptive_shape(2, "adaptive_avg_pool2d")
-adaptive_avg_pool3d = _adaptive_shape(3, "adaptive_avg_pool3d")
+def avg_pool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.avg_pool2d`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+        channels_last: as :func:`jaxpool.avg_pool2d`.
+
+    Returns:
+      The output shape, same layout: each of H, W becomes
+      ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+    """
+    return plan_avg_pool("avg_pool2d", _input("avg_pool2d", input_shape), None, 2, kernel_size,
+                         stride, padding, ceil_mode, count_include_pad, divisor_override,
+                         channels_last).output_shape
+
+
+def avg_pool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False
+               ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.avg_pool3d`.
+
+    Args:
+      input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
+        ``channels_last``).
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+        channels_last: as :func:`jaxpool.avg_pool3d`.
+
+    Returns:
+      The output shape, same layout: each of D, H, W becomes
+      ``floor((n + 2*padding - kernel_size) / stride) + 1`` (ceil with ``ceil_mode``).
+    """
+    return plan_avg_pool("avg_pool3d", _input("avg_pool3d", input_shape), None, 3, kernel_size,
+                         stride, padding, ceil_mode, count_include_pad, divisor_override,
+                         channels_last).output_shape
+
+
+def adaptive_avg_pool1d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_avg_pool1d`.
+
+    Args:
+      input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_avg_pool1d`.
+
+    Returns:
+      The output shape, same layout, with L replaced by ``output_size``.
+    """
+    return _adaptive("adaptive_avg_pool1d", 1, input_shape, output_size, channels_last)
+
+
+def adaptive_avg_pool2d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_avg_pool2d`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_avg_pool2d`.
+
+    Returns:
+      The output shape, same layout, with H, W replaced by ``output_size`` (a None entry
+      keeps that extent).
+    """
+    return _adaptive("adaptive_avg_pool2d", 2, input_shape, output_size, channels_last)
+
+
+def adaptive_avg_pool3d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_avg_pool3d`.
+
+    Args:
+      input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_avg_pool3d`.
+
+    Returns:
+      The output shape, same layout, with D, H, W replaced by ``output_size`` (a None entry
+      keeps that extent).
+    """
+    return _adaptive("adaptive_avg_pool3d", 3, input_shape, output_size, channels_last)
+
+
+def max_pool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False, *,
+               channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_pool1d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, dilation, ceil_mode, channels_last: as
+        :func:`jaxpool.max_pool1d`.
+
+    Returns:
+      The output shape, same layout: L becomes
+      ``floor((L + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``).
+    """
+    return plan_max_pool("max_pool1d", _input("max_pool1d", input_shape), None, 1, kernel_size,
+                         stride, padding, dilation, ceil_mode, channels_last).output_shape
+
+
+def max_pool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False, *,
+               channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_pool2d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, dilation, ceil_mode, channels_last: as
+        :func:`jaxpool.max_pool2d`.
+
+    Returns:
+      The output shape, same layout: each of H, W becomes
+      ``floor((n + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``).
+    """
+    return plan_max_pool("max_pool2d", _input("max_pool2d", input_shape), None, 2, kernel_size,
+                         stride, padding, dilation, ceil_mode, channels_last).output_shape
+
+
+def max_pool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+               padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False, *,
+               channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_pool3d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
+        ``channels_last``).
+      kernel_size, stride, padding, dilation, ceil_mode, channels_last: as
+        :func:`jaxpool.max_pool3d`.
+
+    Returns:
+      The output shape, same layout: each of D, H, W becomes
+      ``floor((n + 2*padding - dilation*(kernel_size-1) - 1) / stride) + 1`` (ceil with
+      ``ceil_mode``).
+    """
+    return plan_max_pool("max_pool3d", _input("max_pool3d", input_shape), None, 3, kernel_size,
+                         stride, padding, dilation, ceil_mode, channels_last).output_shape
+
+
+def adaptive_max_pool1d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_max_pool1d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_max_pool1d`.
+
+    Returns:
+      The output shape, same layout, with L replaced by ``output_size``.
+    """
+    return _adaptive("adaptive_max_pool1d", 1, input_shape, output_size, channels_last)
+
+
+def adaptive_max_pool2d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_max_pool2d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_max_pool2d`.
+
+    Returns:
+      The output shape, same layout, with H, W replaced by ``output_size`` (a None entry
+      keeps that extent).
+    """
+    return _adaptive("adaptive_max_pool2d", 2, input_shape, output_size, channels_last)
+
+
+def adaptive_max_pool3d(input_shape: Shape, output_size: OutputSize, *,
+                        channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.adaptive_max_pool3d` (its indices have the same shape).
+
+    Args:
+      input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
+        ``channels_last``).
+      output_size, channels_last: as :func:`jaxpool.adaptive_max_pool3d`.
+
+    Returns:
+      The output shape, same layout, with D, H, W replaced by ``output_size`` (a None entry
+      keeps that extent).
+    """
+    return _adaptive("adaptive_max_pool3d", 3, input_shape, output_size, channels_last)
+
+
+def lp_pool1d(input_shape: Shape, norm_type: float, kernel_size: Size,
+              stride: Size | None = None, ceil_mode: bool = False, *,
+              channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.lp_pool1d`.
+
+    Args:
+      input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      norm_type, kernel_size, stride, ceil_mode, channels_last: as :func:`jaxpool.lp_pool1d`.
+
+    Returns:
+      The output shape, same layout: that of :func:`avg_pool1d` with no padding.
+    """
+    return plan_lp_pool("lp_pool1d", _input("lp_pool1d", input_shape), None, 1, norm_type,
+                        kernel_size, stride, ceil_mode, channels_last).output_shape
+
+
+def lp_pool2d(input_shape: Shape, norm_type: float, kernel_size: Size,
+              stride: Size | None = None, ceil_mode: bool = False, *,
+              channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.lp_pool2d`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      norm_type, kernel_size, stride, ceil_mode, channels_last: as :func:`jaxpool.lp_pool2d`.
+
+    Returns:
+      The output shape, same layout: that of :func:`avg_pool2d` with no padding.
+    """
+    return plan_lp_pool("lp_pool2d", _input("lp_pool2d", input_shape), None, 2, norm_type,
+                        kernel_size, stride, ceil_mode, channels_last).output_shape
+
+
+def lp_pool3d(input_shape: Shape, norm_type: float, kernel_size: Size,
+              stride: Size | None = None, ceil_mode: bool = False, *,
+              channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.lp_pool3d`.
+
+    Args:
+      input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
+        ``channels_last``).
+      norm_type, kernel_size, stride, ceil_mode, channels_last: as :func:`jaxpool.lp_pool3d`.
+
+    Returns:
+      The output shape, same layout: that of :func:`avg_pool3d` with no padding.
+    """
+    return plan_lp_pool("lp_pool3d", _input("lp_pool3d", input_shape), None, 3, norm_type,
+                        kernel_size, stride, ceil_mode, channels_last).output_shape
+
+
+def global_avg_pool(input_shape: Shape, *, channels_last: bool = False) -> tuple[int, int]:
+    """Output shape of :func:`jaxpool.global_avg_pool`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` (``[B, H, W, C]`` with ``channels_last``).
+      channels_last: as :func:`jaxpool.global_avg_pool`.
+
+    Returns:
+      ``(B, C)``.
+    """
+    return _global("global_avg_pool", input_shape, channels_last)
+
+
+def global_max_pool(input_shape: Shape, *, channels_last: bool = False) -> tuple[int, int]:
+    """Output shape of :func:`jaxpool.global_max_pool`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` (``[B, H, W, C]`` with ``channels_last``).
+      channels_last: as :func:`jaxpool.global_max_pool`.
+
+    Returns:
+      ``(B, C)``.
+    """
+    return _global("global_max_pool", input_shape, channels_last)
+
+
 avg_pool = avg_pool2d
 adaptive_avg_pool = adaptive_avg_pool2d
+max_pool = max_pool2d
+adaptive_max_pool = adaptive_max_pool2d
+lp_pool = lp_pool2d
 
 
-def global_avg_pool(input_shape, *, channels_last=False):
-    """Output shape of ``jaxpool.global_avg_pool``: ``[B, C, H, W] -> [B, C]``."""
-    plan = plan_global("global_avg_pool", tuple(input_shape), None, channels_last)
-    channel_axis = 3 if plan.spatial_axes == (1, 2) else 1
-    return (input_shape[0], input_shape[channel_axis])
+def _adaptive(op: str, ndim: int, input_shape: Shape, output_size: OutputSize,
+              channels_last: bool) -> tuple[int, ...]:
+    # The average and max ops share their windows, so their shapes too.
+    return plan_adaptive(op, _input(op, input_shape), None, ndim, output_size,
+                         channels_last).output_shape
 
 
-def _split(op: str, shape, ndim: int, channels_last: bool):
-    shape = tuple(shape)
-    batched, spatial, channel_axis = _checks.check_input(op, shape, None, ndim,
-                                                         _checks.check_channels_last(
-                                                             channels_last))
+def _global(op: str, input_shape: Shape, channels_last: bool) -> tuple[int, int]:
+    plan: PoolPlan = plan_global(op, _input(op, input_shape), None, channels_last)
+    batch, channels = (n for axis, n in enumerate(plan.input_shape)
+                       if axis not in plan.spatial_axes)
+    return batch, channels
+
+
+# --- backward inference ------------------------------------------------------------------
+
+def _split(op: str, shape: Shape, ndim: int, channels_last: bool
+           ) -> tuple[bool, tuple[int, ...], int]:
+    shape = _input(op, shape, "shape" if op == "channels" else "output_shape")
+    batched, spatial, channel_axis = _checks.check_input(
+        op, shape, None, ndim, _checks.check_channels_last(channels_last))
     return batched, spatial, shape[channel_axis]
 
 
-def adaptive_output_size(output_shape, *, ndim: int = 2, channels_last: bool = False
+def adaptive_output_size(output_shape: Shape, *, ndim: int = 2, channels_last: bool = False
                          ) -> tuple[int, ...]:
-    """Backward inference: the ``output_size`` that produced ``output_shape``."""
+    """The ``output_size`` that produced ``output_shape`` (an adaptive op's output).
+
+    Args:
+      output_shape: the adaptive op's output shape, in the layout ``channels_last`` names.
+      ndim: the number of spatial axes (1, 2 or 3).
+      channels_last: whether channels follow the spatial axes.
+
+    Returns:
+      The spatial extents of ``output_shape``.
+    """
     _, spatial, _ = _split("adaptive_output_size", output_shape, ndim, channels_last)
     return spatial
 
 
-def channels(shape, *, ndim: int = 2, channels_last: bool = False) -> int:
-    """C of an input or output shape: every op preserves it, so it flows both ways."""
+def channels(shape: Shape, *, ndim: int = 2, channels_last: bool = False) -> int:
+    """C of an input or output shape: every op preserves it, so it flows both ways.
+
+    Args:
+      shape: an input or output shape, in the layout ``channels_last`` names.
+      ndim: the number of spatial axes (1, 2 or 3).
+      channels_last: whether channels follow the spatial axes.
+
+    Returns:
+      The channel count.
+    """
     return _split("channels", shape, ndim, channels_last)[2]
 
 
-def input_shape_from_output(output_shape, input_spatial=None, *, ndim: int = 2,
-                            channels_last: bool = False) -> tuple[int, ...]:
+def input_shape_from_output(output_shape: Shape, input_spatial: Size | None = None, *,
+                            ndim: int = 2, channels_last: bool = False) -> tuple[int, ...]:
     """Backward inference of an adaptive pool's input shape from its output shape.
 
-    Batch and C come from ``output_shape``; the spatial extents cannot (any input extent
-    pools to the requested output), so ``input_spatial`` must give them.
+    Args:
+      output_shape: the adaptive op's output shape.
+      input_spatial: the input's spatial extents. Required: they cannot be inferred (any
+        input extent pools to the requested output).
+      ndim: the number of spatial axes (1, 2 or 3).
+      channels_last: whether channels follow the spatial axes.
+
+    Returns:
+      The input shape: batch and C from ``output_shape``, spatial extents from
+      ``input_spatial``.
     """
     batched, spatial, c = _split("input_shape_from_output", output_shape, ndim,
                                  channels_last)
@@ -85,6 +404,7 @@ def input_shape_from_output(output_shape, input_spatial=None, *, ndim: int = 2,
             f"input_spatial is required: the input's spatial extents are not inferable "
             f"backward from output shape {tuple(output_shape)} (every input extent pools to "
             f"{spatial}); give them from the network input or the preceding operation")
-    extents = _checks.int_tuple("input_spatial", input_spatial, ndim, minimum=1)
+    extents = _checks.int_tuple("input_spatial", input_spatial, ndim, minimum=1,
+                                repeat_single=False)
     lead = (output_shape[0],) if batched else ()
     return lead + ((*extents, c) if channels_last else (c, *extents))

@@ -1,12 +1,63 @@
-"""jaxpool.shapes against jax.eval_shape, and backward inference."""
+"""jaxpool.shapes against jax.eval_shape and torch's output shapes, and backward inference."""
+
+import inspect
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 import jaxpool
 from jaxpool import shapes
+from torch_reference import to_channels_last
 from test_values import ADAPTIVE_CASES, AVG_CASES
+
+# (input shape, arguments) of the max and lp ops: plain, strided and padded, dilated,
+# ceil_mode (with a last window that would start in the padding), unbatched, empty batch.
+MAX_CASES = {
+    1: [((2, 3, 11), dict(kernel_size=3)), ((2, 3, 11), dict(kernel_size=3, stride=2, padding=1)),
+        ((3, 10), dict(kernel_size=2, stride=3, dilation=2, ceil_mode=True)),
+        ((0, 2, 7), dict(kernel_size=(2,), padding=(1,), ceil_mode=True))],
+    2: [((2, 3, 9, 10), dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 3, 9, 10), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0),
+                             dilation=(2, 1), ceil_mode=True)),
+        ((3, 7, 7), dict(kernel_size=3, stride=2, ceil_mode=True)),
+        ((1, 2, 6, 6), dict(kernel_size=2, stride=(), dilation=(3,)))],
+    3: [((1, 2, 5, 6, 7), dict(kernel_size=2)),
+        ((2, 5, 6, 7), dict(kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                            dilation=(1, 2, 1), ceil_mode=True))],
+}
+LP_CASES = {
+    1: [((2, 3, 11), dict(norm_type=2, kernel_size=3)),
+        ((3, 10), dict(norm_type=1.5, kernel_size=3, stride=2, ceil_mode=True))],
+    2: [((2, 3, 9, 10), dict(norm_type=2, kernel_size=3, stride=2)),
+        ((3, 9, 10), dict(norm_type=float("inf"), kernel_size=(3, 2), stride=(2, 3),
+                          ceil_mode=True))],
+    3: [((1, 2, 5, 6, 7), dict(norm_type=3, kernel_size=2)),
+        ((2, 5, 6, 7), dict(norm_type=2, kernel_size=(3, 2, 3), stride=(2, 1, 2),
+                            ceil_mode=True))],
+}
+ADAPTIVE_MAX_CASES = {d: cases[:6] for d, cases in ADAPTIVE_CASES.items()}
+RULES = [f"{kind}{d}d" for kind in ("avg_pool", "adaptive_avg_pool", "max_pool",
+                                     "adaptive_max_pool", "lp_pool") for d in (1, 2, 3)]
+RULES += ["global_avg_pool", "global_max_pool"]
+
+
+def _torch_shape(op: str, shape, args) -> tuple:
+    out = getattr(F, op)(torch.zeros(shape), **args)
+    return tuple(out.shape)
+
+
+def _both_layouts(op: str, ndim: int, shape, args):
+    """The rule's shape in both layouts against torch's (moved to channels-last)."""
+    rule = getattr(shapes, op)
+    expected = _torch_shape(op, shape, args)
+    assert rule(shape, **args) == expected
+    shape_last = to_channels_last(np.empty(shape, np.uint8), ndim).shape
+    expected_last = to_channels_last(np.empty(expected, np.uint8), ndim).shape
+    assert rule(shape_last, **args, channels_last=True) == expected_last
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -60,3 +111,65 @@ def test_shape_rules_raise_the_ops_errors():
         shapes.avg_pool2d((1, 3, 8, 8), 2, padding=2)
     with pytest.raises(ValueError, match="output_size"):
         shapes.adaptive_avg_pool2d((1, 3, 8, 8), 0)
+
+
+@pytest.mark.parametrize("ndim,shape,args",
+                         [(d, s, a) for d, cases in MAX_CASES.items() for s, a in cases])
+def test_max_pool_shapes_match_torch(ndim, shape, args):
+    _both_layouts(f"max_pool{ndim}d", ndim, shape, args)
+
+
+@pytest.mark.parametrize("ndim,shape,output_size",
+                         [(d, s, o) for d, cases in ADAPTIVE_MAX_CASES.items() for s, o in cases])
+def test_adaptive_max_pool_shapes_match_torch(ndim, shape, output_size):
+    _both_layouts(f"adaptive_max_pool{ndim}d", ndim, shape, dict(output_size=output_size))
+
+
+@pytest.mark.parametrize("ndim,shape,args",
+                         [(d, s, a) for d, cases in LP_CASES.items() for s, a in cases])
+def test_lp_pool_shapes_match_torch(ndim, shape, args):
+    _both_layouts(f"lp_pool{ndim}d", ndim, shape, args)
+
+
+def test_global_max_shape():
+    assert shapes.global_max_pool((4, 32, 7, 5)) == tuple(torch.zeros(4, 32, 7, 5).amax((2, 3)).shape)
+    assert shapes.global_max_pool((4, 7, 5, 32), channels_last=True) == (4, 32)
+
+
+@pytest.mark.parametrize("op", RULES)
+def test_rules_take_the_ops_arguments(op):
+    """Each rule has its op's signature, with ``input_shape`` for ``x`` (and no
+    ``return_indices``: the indices have the values' shape)."""
+    wanted = [p.replace(name="input_shape", annotation=inspect.Parameter.empty)
+              if name == "x" else p.replace(annotation=inspect.Parameter.empty)
+              for name, p in inspect.signature(getattr(jaxpool, op)).parameters.items()
+              if name != "return_indices"]
+    got = [p.replace(annotation=inspect.Parameter.empty)
+           for p in inspect.signature(getattr(shapes, op)).parameters.values()]
+    assert got == wanted
+    assert getattr(shapes, op).__doc__ and "Returns:" in getattr(shapes, op).__doc__
+
+
+def test_aliases():
+    for alias in ("avg_pool", "adaptive_avg_pool", "max_pool", "adaptive_max_pool", "lp_pool"):
+        assert getattr(shapes, alias) is getattr(shapes, alias + "2d")
+
+
+def test_an_array_instead_of_its_shape_says_pass_x_shape():
+    x = np.full((2, 3, 8, 8), 12345.0)
+    for call in (lambda: shapes.avg_pool2d(x, 2), lambda: shapes.max_pool2d(jnp.asarray(x), 2),
+                 lambda: shapes.adaptive_avg_pool2d(torch.tensor(x), 2),
+                 lambda: shapes.global_max_pool(jax.ShapeDtypeStruct(x.shape, x.dtype)),
+                 lambda: shapes.channels(x)):
+        with pytest.raises(TypeError, match="pass x.shape") as info:
+            call()
+        assert "12345" not in str(info.value) and "(2, 3, 8, 8)" in str(info.value)
+
+
+def test_bad_shapes_are_rejected():
+    with pytest.raises(TypeError, match="input_shape"):
+        shapes.avg_pool2d((2, 3, 8.0, 8), 2)
+    with pytest.raises(ValueError, match="input_shape"):
+        shapes.avg_pool2d((2, 3, -8, 8), 2)
+    assert shapes.avg_pool2d(torch.Size([2, 3, 8, 8]), 2) == (2, 3, 4, 4)
+    assert shapes.avg_pool2d([2, 3, np.int64(8), 8], 2) == (2, 3, 4, 4)
