@@ -13,7 +13,8 @@ import re
 
 import numpy as np
 
-__all__ = ["EAGER_MODES", "GRIDS", "JIT_MODES", "MODES", "Case", "adaptive", "avg", "global_", "select"]
+__all__ = ["EAGER_MODES", "GRIDS", "JIT_MODES", "MODES", "Case", "adaptive", "adaptive_max", "avg",
+           "global_", "max_", "select"]
 
 JIT_MODES = ("fwd", "grad", "gradgrad")
 # The same quantities without jax.jit: first call (tracing and compiling included) and
@@ -33,7 +34,7 @@ MODE_TITLES = {
 class Case:
     """One grid cell: an op, its arguments and a channels-first input shape."""
 
-    op: str  # "adaptive" | "avg" | "global"
+    op: str  # "adaptive" | "avg" | "global" | "max" | "adaptive_max"
     shape: tuple[int, int, int, int]  # [B, C, H, W]
     dtype: str = "float32"
     channels_last: bool = False
@@ -43,6 +44,18 @@ class Case:
     padding: int = 0
     ceil_mode: bool = False
     count_include_pad: bool = True
+    # "normal": N(0, 1). "ties": ReLU(N(0, 1)) rounded to quarters, as after a ReLU in low
+    # precision: many windows hold their maximum twice, so that a max pooling whose
+    # gradient goes elsewhere than torch's (another element, or split) is marked wrong.
+    values: str = "normal"
+
+    @property
+    def is_max(self) -> bool:
+        return self.op in ("max", "adaptive_max")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.op in ("adaptive", "adaptive_max")
 
     @property
     def memory_shape(self) -> tuple[int, ...]:
@@ -68,11 +81,11 @@ class Case:
     @property
     def label(self) -> str:
         shape = "x".join(map(str, self.shape))
-        if self.op == "adaptive":
+        if self.adaptive:
             oh, ow = self.output_size
-            text = f"adaptive {shape} -> {oh if oh == ow else (oh, ow)}"
-        elif self.op == "avg":
-            text = f"avg {shape} k{self.kernel_size}"
+            text = f"adaptive {'max ' * self.is_max}{shape} -> {oh if oh == ow else (oh, ow)}"
+        elif self.op in ("avg", "max"):
+            text = f"{self.op} {shape} k{self.kernel_size}"
             if self.stride_ != self.kernel_size:
                 text += f" s{self.stride_}"
             if self.padding:
@@ -98,8 +111,11 @@ class Case:
         shape = self.memory_shape if cl == self.channels_last else self.shape
         if self.op == "global":
             return plan.plan_global("global_avg_pool", shape, None, cl)
-        if self.op == "adaptive":
-            return plan.plan_adaptive("adaptive_avg_pool2d", shape, None, 2, self.output_size, cl)
+        if self.adaptive:
+            return plan.plan_adaptive(f"{self.op}_pool2d", shape, None, 2, self.output_size, cl)
+        if self.is_max:
+            return plan.plan_max_pool("max_pool2d", shape, None, 2, self.kernel_size, self.stride_,
+                                      self.padding, 1, self.ceil_mode, cl)
         return plan.plan_avg_pool("avg_pool2d", shape, None, 2, self.kernel_size, self.stride_,
                                   self.padding, self.ceil_mode, self.count_include_pad, None, cl)
 
@@ -126,13 +142,16 @@ class Case:
         """Torch's function for this cell: channels-first tensor -> tensor."""
         import torch.nn.functional as F
 
-        if self.op == "adaptive":
+        if self.adaptive:
             size = self.output_size
-            return lambda t: F.adaptive_avg_pool2d(t, size)
+            pool = F.adaptive_max_pool2d if self.is_max else F.adaptive_avg_pool2d
+            return lambda t: pool(t, size)
         if self.op == "global":
             return lambda t: F.adaptive_avg_pool2d(t, 1).flatten(1)
         k, s, p = self.kernel_size, self.stride_, self.padding
         ceil, cip = self.ceil_mode, self.count_include_pad
+        if self.is_max:
+            return lambda t: F.max_pool2d(t, k, s, p, ceil_mode=ceil)
         return lambda t: F.avg_pool2d(t, k, s, p, ceil_mode=ceil, count_include_pad=cip)
 
 
@@ -147,6 +166,16 @@ def avg(shape, k, s=0, p=0, **kw) -> Case:
 
 def global_(shape, **kw) -> Case:
     return Case("global", tuple(shape), **kw)
+
+
+def max_(shape, k, s=0, p=0, **kw) -> Case:
+    return Case("max", tuple(shape), kernel_size=k, stride=s or k, padding=p,
+                values="ties", **kw)
+
+
+def adaptive_max(shape, out, **kw) -> Case:
+    out = (out, out) if isinstance(out, int) else tuple(out)
+    return Case("adaptive_max", tuple(shape), output_size=out, values="ties", **kw)
 
 
 FULL = (
@@ -169,10 +198,16 @@ FULL = (
     avg((16, 64, 56, 56), 3, 2, 1, ceil_mode=True),
     global_((64, 512, 7, 7)),
     global_((16, 256, 56, 56)),
+    max_((64, 64, 112, 112), 3, 2, 1),  # the ResNet stem
+    max_((64, 64, 112, 112), 3, 2, 1, channels_last=True),
+    max_((32, 192, 56, 56), 3, 2, ceil_mode=True),  # GoogLeNet / Inception
+    adaptive_max((32, 512, 7, 7), 1),
+    adaptive_max((64, 256, 15, 15), 4),
 )
 
 # The default: one cell per kind of behaviour (ragged, keras-wrong, overlapping, ceil,
-# global), a few minutes on 2 cores.
+# global), the max cells of the full grid at a quarter or less of their size; a few
+# minutes on 2 cores.
 SHORT = (
     adaptive((64, 256, 15, 15), 4),
     adaptive((16, 64, 50, 50), 9),
@@ -180,6 +215,10 @@ SHORT = (
     avg((32, 64, 32, 32), 3, 1, 1),
     avg((16, 64, 56, 56), 3, 2, 1, ceil_mode=True),
     global_((64, 512, 7, 7)),
+    max_((16, 64, 56, 56), 3, 2, 1),
+    max_((16, 64, 56, 56), 3, 2, 1, channels_last=True),
+    max_((8, 192, 28, 28), 3, 2, ceil_mode=True),
+    adaptive_max((16, 256, 15, 15), 4),
 )
 
 # Tiny shapes that exercise every code path of the tool in seconds.
@@ -192,6 +231,10 @@ SMOKE = (
     avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
     avg((2, 3, 8, 8), 2),
     global_((2, 3, 5, 5)),
+    max_((2, 3, 9, 9), 3, 2, 1),
+    max_((2, 3, 10, 10), 3, 2, ceil_mode=True, channels_last=True),
+    adaptive_max((2, 3, 15, 15), 4),
+    adaptive_max((2, 3, 14, 14), 7),
 )
 
 GRIDS = {"short": SHORT, "full": FULL, "smoke": SMOKE}

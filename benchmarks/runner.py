@@ -208,10 +208,12 @@ def torch_to_numpy(case: Case, y) -> np.ndarray:
 
 
 def make_input(case: Case, seed: int) -> np.ndarray:
-    """Channels-first float32 N(0, 1) values, already representable in the cell's dtype."""
+    """Channels-first float32 values as `case.values` says, representable in the cell's dtype."""
     import torch
 
     x = np.random.default_rng(seed).standard_normal(case.shape, dtype=np.float32)
+    if case.values == "ties":
+        x = np.round(np.maximum(x, 0) * 4) / 4
     if case.dtype not in ("float32", "float64"):
         x = torch.from_numpy(x).to(getattr(torch, case.dtype)).to(torch.float32).numpy()
     return x

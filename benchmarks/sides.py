@@ -99,13 +99,16 @@ def jaxpool_side(case):
     import jaxpool
 
     cl = case.channels_last
-    if case.op == "adaptive":
-        size = case.output_size
-        return (lambda x: jaxpool.adaptive_avg_pool2d(x, size, channels_last=cl)), None
     if case.op == "global":
         return (lambda x: jaxpool.global_avg_pool(x, channels_last=cl)), None
-    k, s, p = case.kernel_size, case.stride_, case.padding
-    ceil, cip = case.ceil_mode, case.count_include_pad
+    if case.adaptive:
+        size = case.output_size
+        pool = jaxpool.adaptive_max_pool2d if case.is_max else jaxpool.adaptive_avg_pool2d
+        return (lambda x: pool(x, size, channels_last=cl)), None
+    k, s, p, ceil = case.kernel_size, case.stride_, case.padding, case.ceil_mode
+    if case.is_max:
+        return (lambda x: jaxpool.max_pool2d(x, k, s, p, ceil_mode=ceil, channels_last=cl)), None
+    cip = case.count_include_pad
     return (
         lambda x: jaxpool.avg_pool2d(
             x, k, s, p, ceil_mode=ceil, count_include_pad=cip, channels_last=cl
@@ -119,35 +122,38 @@ def flax_side(case):
 
     to, back = _to_nhwc(case), _from_nhwc(case)
     notes = [] if case.channels_last else ["NHWC only: NCHW input transposed and back"]
+    name = "max_pool" if case.is_max else "avg_pool"
+    pool = getattr(nn, name)
     if case.op == "global":
         _, _, h, w = case.shape
-        return (lambda x: jnp.reshape(nn.avg_pool(to(x), (h, w)), (x.shape[0], -1))), notes
-    if case.op == "adaptive":
+        return (lambda x: jnp.reshape(pool(to(x), (h, w)), (x.shape[0], -1))), notes
+    if case.adaptive:
         window = _divisible_window(case)
         if window is None:
             raise Unsupported("no adaptive pooling; ragged windows have no fixed-window equivalent")
-        notes.append("no adaptive pooling: timed as the equivalent avg_pool (kernel = stride = H/out)")
-        return (lambda x: back(nn.avg_pool(to(x), window, strides=window))), notes
+        notes.append(f"no adaptive pooling: timed as the equivalent {name} (kernel = stride = H/out)")
+        return (lambda x: back(pool(to(x), window, strides=window))), notes
     if case.ceil_matters:
         raise Unsupported("no ceil_mode")
     k, s, p = case.kernel_size, case.stride_, case.padding
-    pads = ((p, p), (p, p))
-    cip = case.count_include_pad
-    return (
-        lambda x: back(nn.avg_pool(to(x), (k, k), strides=(s, s), padding=pads, count_include_pad=cip))
-    ), notes
+    # Explicit pads: max_pool pads with -inf (never selected), avg_pool with zeros.
+    options = {"padding": ((p, p), (p, p))}
+    if not case.is_max:
+        options["count_include_pad"] = case.count_include_pad
+    return (lambda x: back(pool(to(x), (k, k), strides=(s, s), **options))), notes
 
 
 def keras_side(case):
     keras = _import_keras()
     fmt = "channels_last" if case.channels_last else "channels_first"
-    if case.op == "adaptive":
-        size = case.output_size
-        return (lambda x: keras.ops.adaptive_average_pool(x, size, data_format=fmt)), None
     if case.op == "global":
         axes = case.spatial_axes
         # keras.layers.GlobalAveragePooling2D is this mean.
         return (lambda x: keras.ops.mean(x, axis=axes)), ["global pooling as GlobalAveragePooling2D (ops.mean)"]
+    if case.adaptive:
+        size = case.output_size
+        pool = keras.ops.adaptive_max_pool if case.is_max else keras.ops.adaptive_average_pool
+        return (lambda x: pool(x, size, data_format=fmt)), None
     k, s, p = case.kernel_size, case.stride_, case.padding
     if case.ceil_matters:
         raise Unsupported("no ceil_mode")
@@ -155,19 +161,19 @@ def keras_side(case):
         padding = "valid"
     else:
         # "same" makes ceil(n/s) windows, pads max((out-1)*s + k - n, 0) in all with the
-        # left half rounded down, and leaves the padding out of the divisor.
+        # left half rounded down (with -inf for max pooling), and leaves the padding out of
+        # an average's divisor.
         same_ok = all(
             -(-n // s) == out and max((out - 1) * s + k - n, 0) // 2 == p
             for n, out in zip(case.shape[2:], case.output_shape[2:])
         )
         if not same_ok:
             raise Unsupported(f"padding={p} has no 'valid'/'same' equivalent")
-        if case.count_include_pad:
+        if not case.is_max and case.count_include_pad:
             raise Unsupported("'same' padding leaves the padding out of the divisor (no count_include_pad)")
         padding = "same"
-    return (
-        lambda x: keras.ops.average_pool(x, (k, k), strides=(s, s), padding=padding, data_format=fmt)
-    ), None
+    pool = keras.ops.max_pool if case.is_max else keras.ops.average_pool
+    return (lambda x: pool(x, (k, k), strides=(s, s), padding=padding, data_format=fmt)), None
 
 
 def equinox_side(case):
@@ -182,15 +188,16 @@ def equinox_side(case):
         back = lambda y: jnp.transpose(y, (0, 2, 3, 1)) if y.ndim == 4 else y
     else:
         to = back = lambda a: a
-    if case.op == "adaptive":
-        pool = eqx.nn.AdaptiveAvgPool2d(case.output_size)
-    elif case.op == "global":
+    if case.op == "global":
         inner = eqx.nn.AdaptiveAvgPool2d((1, 1))
         pool = lambda x: jnp.reshape(inner(x), (-1,))
+    elif case.adaptive:
+        pool = (eqx.nn.AdaptiveMaxPool2d if case.is_max else eqx.nn.AdaptiveAvgPool2d)(
+            case.output_size)
     else:
-        if case.padding and not case.count_include_pad:
+        if not case.is_max and case.padding and not case.count_include_pad:
             raise Unsupported("divides by the whole kernel: no count_include_pad=False")
-        pool = eqx.nn.AvgPool2d(
+        pool = (eqx.nn.MaxPool2d if case.is_max else eqx.nn.AvgPool2d)(
             case.kernel_size, case.stride_, case.padding, use_ceil=case.ceil_mode
         )
     batched = jax.vmap(pool)
@@ -211,7 +218,7 @@ def reduce_window_side(case):
     import jax.numpy as jnp
     from jax import lax
 
-    if case.op not in ("adaptive", "avg", "global"):
+    if case.is_max:
         raise Unsupported("average pooling only")
     plan = case.plan()
     if not all(a.uniform for a in plan.axes):

@@ -19,7 +19,7 @@ def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):
     doc.write_text("# Prose kept\n\n<!-- benchmarks:begin -->\nold table\n<!-- benchmarks:end -->\n\nTail kept.\n")
     out = tmp_path / "out"
     code = cli.main([
-        "--grid", "smoke", "--cells", r"2x3x15x15 -> 4$|excl-pad|global",
+        "--grid", "smoke", "--cells", r"^adaptive 2x3x15x15 -> 4$|excl-pad|global",
         "--modes", "fwd,grad", "--reps", "2", "--min-sample-ms", "0",
         "--out", str(out), "--markdown", str(doc), "--no-progress",
     ])
@@ -195,3 +195,33 @@ def test_first_calls_clear_jax_caches_between_calls():
     ms, compiles, _ = runner.first_calls(lambda: f(x).block_until_ready(), False, 3)
     assert len(ms) == 1 and compiles == 0  # not cleared: already compiled
     np.testing.assert_allclose(y, np.sin(1.0) * 3, rtol=1e-6)
+
+
+def test_max_cells_hold_ties_that_catch_a_gradient_sent_to_another_element(monkeypatch):
+    import jaxpool
+
+    def last_of_ties(case):
+        # The same windows read right to left: the same values, but within a row the
+        # gradient goes to the last of equal maxima instead of torch's first.
+        return (lambda x: jaxpool.max_pool2d(x[..., ::-1], 3, 2, 1)[..., ::-1]), None
+
+    monkeypatch.setitem(sides.JAX_SIDES, "flax", last_of_ties)
+    case = grid.max_((2, 3, 9, 9), 3, 2, 1)
+    out = runner.run_case(case, {"jaxpool": None, "torch": None, "flax": None}, runner.Device(),
+                          modes=("fwd", "grad"), reps=1, min_sample_s=0)
+    assert [r["sides"]["jaxpool"]["status"] for r in out] == ["ok", "ok"]
+    assert [r["sides"]["flax"]["status"] for r in out] == ["ok", "wrong"]
+
+
+def test_every_side_runs_or_says_why_on_the_max_cells():
+    for case in grid.SMOKE:
+        if not case.is_max:
+            continue
+        out = runner.run_case(case, {s: sides.missing_reason(s) for s in sides.SIDE_NAMES},
+                              runner.Device(), modes=("fwd",), reps=1, min_sample_s=0)
+        got = out[0]["sides"]
+        assert got["jaxpool"]["status"] == "ok", (case.label, got["jaxpool"])
+        assert got["torch"]["status"] == "ok"
+        assert got["reduce_window"]["status"] == "unsupported"  # an average-pooling candidate
+        for name, e in got.items():
+            assert e["status"] in ("ok", "wrong", "unsupported", "missing"), (case.label, name, e)
