@@ -1,77 +1,41 @@
-"""Flax ``linen`` modules wrapping the pooling functions.
+"""Flax ``linen`` pooling modules: parameter-free, channels-last by default.
 
-Parameter-free. They default to channels-last (``[B, *spatial, C]``, what Flax convolutions
-produce); pass ``channels_last=False`` for torch's ``[B, C, *spatial]``.
+Each class is the description of the same name in ``jaxpool._modules`` (typed fields in
+torch.nn's order, docstring, call) on ``flax.linen.Module``: ``MaxPool2d(3, 2, 1)`` as
+``torch.nn.MaxPool2d(3, 2, 1)``, then ``apply({}, x)`` or a call inside a model. They take
+``[B, *spatial, C]`` (what Flax convolutions produce); ``channels_last=False`` takes torch's
+``[B, C, *spatial]``.
 """
 
-from __future__ import annotations
+from jaxpool import _modules
 
-from typing import Any
-
-import flax.linen as nn
-
-from jaxpool import ops
-
-
-class _AvgPool(nn.Module):
-    kernel_size: Any
-    stride: Any = None
-    padding: Any = 0
-    ceil_mode: bool = False
-    count_include_pad: bool = True
-    divisor_override: int | None = None
-    channels_last: bool = True
-
-    def __call__(self, x):
-        return self._fn(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                        self.count_include_pad, self.divisor_override,
-                        channels_last=self.channels_last)
+try:
+    import flax.linen as nn
+except ImportError as error:
+    raise ImportError(_modules.flax_missing("jaxpool.linen")) from error
 
 
-class _AdaptiveAvgPool(nn.Module):
-    output_size: Any
-    channels_last: bool = True
+class _Module(nn.Module):
+    """The linen side of every module below."""
 
-    def __call__(self, x):
-        return self._fn(x, self.output_size, channels_last=self.channels_last)
-
-
-class AvgPool1d(_AvgPool):
-    """``jaxpool.avg_pool1d`` as a module: ``[B, L, C]`` (default) or ``[B, C, L]``."""
-    _fn = staticmethod(ops.avg_pool1d)
+    # linen binds, names and tabulates only the methods written in a Module's own class body.
+    __call__ = _modules.Pool.__call__
 
 
-class AvgPool2d(_AvgPool):
-    """``jaxpool.avg_pool2d`` as a module: ``[B, H, W, C]`` (default) or ``[B, C, H, W]``."""
-    _fn = staticmethod(ops.avg_pool2d)
-
-
-class AvgPool3d(_AvgPool):
-    """``jaxpool.avg_pool3d`` as a module: ``[B, D, H, W, C]`` (default) or ``[B, C, D, H, W]``."""
-    _fn = staticmethod(ops.avg_pool3d)
-
-
-class AdaptiveAvgPool1d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool1d`` as a module: ``[B, L, C]`` (default) or ``[B, C, L]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool1d)
-
-
-class AdaptiveAvgPool2d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool2d`` as a module: ``[B, H, W, C]`` (default) or
-    ``[B, C, H, W]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool2d)
-
-
-class AdaptiveAvgPool3d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool3d`` as a module: ``[B, D, H, W, C]`` (default) or
-    ``[B, C, D, H, W]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool3d)
-
-
-class GlobalAvgPool(nn.Module):
-    """``jaxpool.global_avg_pool`` as a module: ``[B, H, W, C]`` (default) or
-    ``[B, C, H, W]`` -> ``[B, C]``."""
-    channels_last: bool = True
-
-    def __call__(self, x):
-        return ops.global_avg_pool(x, channels_last=self.channels_last)
+class AvgPool1d(_Module, _modules.AvgPool1d): ...
+class AvgPool2d(_Module, _modules.AvgPool2d): ...
+class AvgPool3d(_Module, _modules.AvgPool3d): ...
+class AdaptiveAvgPool1d(_Module, _modules.AdaptiveAvgPool1d): ...
+class AdaptiveAvgPool2d(_Module, _modules.AdaptiveAvgPool2d): ...
+class AdaptiveAvgPool3d(_Module, _modules.AdaptiveAvgPool3d): ...
+class MaxPool1d(_Module, _modules.MaxPool1d): ...
+class MaxPool2d(_Module, _modules.MaxPool2d): ...
+class MaxPool3d(_Module, _modules.MaxPool3d): ...
+class AdaptiveMaxPool1d(_Module, _modules.AdaptiveMaxPool1d): ...
+class AdaptiveMaxPool2d(_Module, _modules.AdaptiveMaxPool2d): ...
+class AdaptiveMaxPool3d(_Module, _modules.AdaptiveMaxPool3d): ...
+class LPPool1d(_Module, _modules.LPPool1d): ...
+class LPPool2d(_Module, _modules.LPPool2d): ...
+class LPPool3d(_Module, _modules.LPPool3d): ...
+class GlobalAvgPool(_Module, _modules.GlobalAvgPool): ...
+class GlobalMaxPool(_Module, _modules.GlobalMaxPool): ...

@@ -1,80 +1,34 @@
-"""Flax ``nnx`` modules wrapping the pooling functions.
+"""Flax ``nnx`` pooling modules: stateless, channels-last by default.
 
-Stateless ``nnx.Module``s. They default to channels-last (``[B, *spatial, C]``, what Flax
-convolutions produce); pass ``channels_last=False`` for torch's ``[B, C, *spatial]``.
+Each class is the description of the same name in ``jaxpool._modules`` (typed fields in
+torch.nn's order, docstring, call) on ``nnx.Module``: ``MaxPool2d(3, 2, 1)`` as
+``torch.nn.MaxPool2d(3, 2, 1)``, then ``pool(x)``. Their fields are static, so ``nnx.jit``
+compiles one program per configuration. They take ``[B, *spatial, C]`` (what Flax
+convolutions produce); ``channels_last=False`` takes torch's ``[B, C, *spatial]``.
 """
 
-from __future__ import annotations
+from jaxpool import _modules
 
-from flax import nnx
-
-from jaxpool import ops
-
-
-class _AvgPool(nnx.Module):
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True, divisor_override=None, channels_last=True):
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.ceil_mode = ceil_mode
-        self.count_include_pad = count_include_pad
-        self.divisor_override = divisor_override
-        self.channels_last = channels_last
-
-    def __call__(self, x):
-        return self._fn(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                        self.count_include_pad, self.divisor_override,
-                        channels_last=self.channels_last)
+try:
+    from flax import nnx
+except ImportError as error:
+    raise ImportError(_modules.flax_missing("jaxpool.nnx")) from error
 
 
-class _AdaptiveAvgPool(nnx.Module):
-    def __init__(self, output_size, channels_last=True):
-        self.output_size = output_size
-        self.channels_last = channels_last
-
-    def __call__(self, x):
-        return self._fn(x, self.output_size, channels_last=self.channels_last)
-
-
-class AvgPool1d(_AvgPool):
-    """``jaxpool.avg_pool1d`` as a module: ``[B, L, C]`` (default) or ``[B, C, L]``."""
-    _fn = staticmethod(ops.avg_pool1d)
-
-
-class AvgPool2d(_AvgPool):
-    """``jaxpool.avg_pool2d`` as a module: ``[B, H, W, C]`` (default) or ``[B, C, H, W]``."""
-    _fn = staticmethod(ops.avg_pool2d)
-
-
-class AvgPool3d(_AvgPool):
-    """``jaxpool.avg_pool3d`` as a module: ``[B, D, H, W, C]`` (default) or ``[B, C, D, H, W]``."""
-    _fn = staticmethod(ops.avg_pool3d)
-
-
-class AdaptiveAvgPool1d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool1d`` as a module: ``[B, L, C]`` (default) or ``[B, C, L]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool1d)
-
-
-class AdaptiveAvgPool2d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool2d`` as a module: ``[B, H, W, C]`` (default) or
-    ``[B, C, H, W]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool2d)
-
-
-class AdaptiveAvgPool3d(_AdaptiveAvgPool):
-    """``jaxpool.adaptive_avg_pool3d`` as a module: ``[B, D, H, W, C]`` (default) or
-    ``[B, C, D, H, W]``."""
-    _fn = staticmethod(ops.adaptive_avg_pool3d)
-
-
-class GlobalAvgPool(nnx.Module):
-    """``jaxpool.global_avg_pool`` as a module: ``[B, H, W, C]`` (default) or
-    ``[B, C, H, W]`` -> ``[B, C]``."""
-
-    def __init__(self, channels_last=True):
-        self.channels_last = channels_last
-
-    def __call__(self, x):
-        return ops.global_avg_pool(x, channels_last=self.channels_last)
+class AvgPool1d(nnx.Module, _modules.AvgPool1d): ...
+class AvgPool2d(nnx.Module, _modules.AvgPool2d): ...
+class AvgPool3d(nnx.Module, _modules.AvgPool3d): ...
+class AdaptiveAvgPool1d(nnx.Module, _modules.AdaptiveAvgPool1d): ...
+class AdaptiveAvgPool2d(nnx.Module, _modules.AdaptiveAvgPool2d): ...
+class AdaptiveAvgPool3d(nnx.Module, _modules.AdaptiveAvgPool3d): ...
+class MaxPool1d(nnx.Module, _modules.MaxPool1d): ...
+class MaxPool2d(nnx.Module, _modules.MaxPool2d): ...
+class MaxPool3d(nnx.Module, _modules.MaxPool3d): ...
+class AdaptiveMaxPool1d(nnx.Module, _modules.AdaptiveMaxPool1d): ...
+class AdaptiveMaxPool2d(nnx.Module, _modules.AdaptiveMaxPool2d): ...
+class AdaptiveMaxPool3d(nnx.Module, _modules.AdaptiveMaxPool3d): ...
+class LPPool1d(nnx.Module, _modules.LPPool1d): ...
+class LPPool2d(nnx.Module, _modules.LPPool2d): ...
+class LPPool3d(nnx.Module, _modules.LPPool3d): ...
+class GlobalAvgPool(nnx.Module, _modules.GlobalAvgPool): ...
+class GlobalMaxPool(nnx.Module, _modules.GlobalMaxPool): ...
