@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--side-budget-s", type=float, default=None, metavar="S",
                    help="a side whose samples would take longer than this on one cell and mode "
                    "gets fewer of them, at least 3 (default 10 on the full grid, else 3)")
+    p.add_argument("--time-limit-s", type=float, default=None, metavar="S",
+                   help="start no new cell after this many seconds (the report says where it "
+                   "stopped)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the cores this process may use)")
@@ -165,10 +168,15 @@ def main(argv=None) -> int:
         if why and s != "jaxpool":
             print(f"skipping {s}: {why}", file=sys.stderr)
 
-    results = []
+    results, stopped = [], None
     total = len(cases) * len(args.modes) * args.reps
     with _Progress(total, not args.no_progress) as progress:
-        for case in cases:
+        for i, case in enumerate(cases):
+            if i and args.time_limit_s and time.perf_counter() - started > args.time_limit_s:
+                stopped = (f"stopped at the time limit ({args.time_limit_s:g} s) after {i} of "
+                           f"{len(cases)} cells")
+                print(stopped, file=sys.stderr)
+                break
             results += run_case(case, sides, device, modes=args.modes, reps=args.reps,
                                 min_sample_s=args.min_sample_ms / 1e3, seed=args.seed,
                                 budget_s=args.side_budget_s, first_reps=args.first_reps,
@@ -187,18 +195,24 @@ def main(argv=None) -> int:
         "first_reps": args.first_reps,
         "side_budget_s": args.side_budget_s,
         "elapsed_s": time.perf_counter() - started,
+        "stopped": stopped,
     }
     os.makedirs(args.out, exist_ok=True)
     chart_file = os.path.join(args.out, "chart.png")
-    report.chart(results, chart_file)
+    try:
+        report.chart(results, chart_file)
+    except ImportError as exc:  # matplotlib is optional: the tables are the record
+        print(f"no chart: {exc}", file=sys.stderr)
+        chart_file = None
     report.write_json(results, meta, os.path.join(args.out, "results.json"))
     with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(report.markdown(results, meta, "chart.png"))
+        f.write(report.markdown(results, meta, chart_file and "chart.png"))
     if args.markdown:
-        rel = os.path.relpath(chart_file, os.path.dirname(os.path.abspath(args.markdown)))
-        report.splice(args.markdown, report.markdown(results, meta, rel.replace(os.sep, "/")),
+        rel = chart_file and os.path.relpath(chart_file, os.path.dirname(os.path.abspath(args.markdown)))
+        report.splice(args.markdown, report.markdown(results, meta, rel and rel.replace(os.sep, "/")),
                       *report.markers(args.section))
     print(report.markdown(results, meta, None))
-    print(f"wrote {os.path.join(args.out, 'results.md')}, results.json and chart.png"
+    print(f"wrote {os.path.join(args.out, 'results.md')}, results.json"
+          + (" and chart.png" if chart_file else "")
           + (f"; updated {args.markdown}" if args.markdown else ""))
     return 0

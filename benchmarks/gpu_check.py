@@ -1,48 +1,76 @@
-"""GPU checks for jaxpool, in one command on a machine with an NVIDIA GPU.
+"""GPU checks for jaxpool: one command, under 8 minutes on one GPU.
 
-1. Runs a WGAN-GP-style double backward through ``jaxpool.adaptive_avg_pool2d``
-   (ragged windows: 64x256x15x15 -> 4 and 16x64x50x50 -> 9) twice, each in a fresh
-   process with ``XLA_FLAGS=--xla_gpu_exclude_nondeterministic_ops=true``, and checks
-   that the two runs are bitwise equal (and close to torch's float64 CPU values).
-2. Shows torch raising on the same computation under
-   ``torch.use_deterministic_algorithms(True)``, and whether two plain torch CUDA runs
-   agree bit for bit.
-3. Runs the benchmark (``python -m benchmarks --device gpu``) with jaxpool, torch
-   CUDA, keras, flax, the floor and the ``reduce_window`` candidate.
+    python -m benchmarks.gpu_check --out gpu-results [--quick | --full] [--markdown BENCHMARKS.md]
 
-Everything printed is also written to ``OUT/gpu-report.md`` (with the date and the
-hardware) as each step ends; ``--markdown BENCHMARKS.md`` puts that report between the
-GPU markers of the file. A report made elsewhere can be put in later, without a GPU:
+1. Determinism. Twice, each time in a fresh process with
+   ``XLA_FLAGS=--xla_gpu_deterministic_ops=true`` (set before JAX is imported): a
+   WGAN-GP-style double backward through ``jaxpool.adaptive_avg_pool2d`` (ragged windows:
+   64x256x15x15 -> 4 and 16x64x50x50 -> 9), and a double backward through a ReLU followed
+   by ``jaxpool.max_pool2d(3, 2, 1)`` (the ResNet stem, 64x64x112x112: after the ReLU
+   most windows tie at zero). The two runs must be bitwise equal, and close to torch's
+   float64 values on the CPU.
+2. ``flax.linen.max_pool``'s gradient (``select_and_scatter``) under the same flag, in its
+   own process: whether XLA runs it, and if so whether two runs agree.
+3. torch CUDA on the same computations: whether two plain runs agree bit for bit, and
+   which backward passes ``torch.use_deterministic_algorithms(True)`` refuses.
+4. The benchmark on the GPU (jitted modes) with jaxpool, the ``reduce_window`` candidate
+   (average pooling as ``lax.reduce_window``), torch CUDA, flax, keras, equinox and the
+   floor, and per cell and mode which of jaxpool's own strategy and ``reduce_window`` is
+   faster: the short grid (``--full``: every cell, which takes longer than 8 minutes). It
+   starts no new cell once the script's time budget (``--budget-s``) is spent.
+
+Every section runs on its own: an error is printed and the next section runs. Without a
+GPU every section says so and is skipped, unless ``--allow-cpu`` (a dry run on the CPU,
+which says nothing about GPUs). ``--quick`` takes smaller shapes and the benchmark's tiny
+smoke grid: a check that the script runs, in a minute or two.
+
+What is printed also goes to ``OUT/gpu-report.md`` (with the date and the hardware) after
+each section; ``--markdown FILE`` puts it between the GPU markers of FILE. A report made
+elsewhere goes in later, without a GPU:
 ``python -m benchmarks.gpu_check --record OUT/gpu-report.md --markdown BENCHMARKS.md``.
 
-Exit status: 0 all good; 1 the determinism check failed; 2 no GPU; 3 only the
-benchmark failed.
-
-    python -m benchmarks.gpu_check --out gpu-results [--quick] [--markdown BENCHMARKS.md]
+Exit status: 0 all ran and agreed; 1 a determinism check failed; 2 no GPU; 3 a section
+raised.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import os
-import platform
+import re
 import shlex
 import subprocess
 import sys
 import time
+import traceback
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- gpu_check:begin -->", "<!-- gpu_check:end -->"
-CASES = (((64, 256, 15, 15), 4), ((16, 64, 50, 50), 9))
-FLAG = "--xla_gpu_exclude_nondeterministic_ops=true"
+FLAG = "--xla_gpu_deterministic_ops=true"
+CHILD_TIMEOUT_S = 240
 
 
-def case_name(shape, k) -> str:
-    return f"{'x'.join(map(str, shape))} -> {k}"
+# -- The computations ------------------------------------------------------------------
+
+def wgan_cases(quick: bool):
+    """(name, input shape, output size) of the adaptive-average WGAN-GP runs."""
+    if quick:
+        return (("avg 16x64x15x15 -> 4", (16, 64, 15, 15), 4),)
+    return (("avg 64x256x15x15 -> 4", (64, 256, 15, 15), 4),
+            ("avg 16x64x50x50 -> 9", (16, 64, 50, 50), 9))
+
+
+def stem_shape(quick: bool) -> tuple[int, int, int, int]:
+    return (8, 64, 56, 56) if quick else (64, 64, 112, 112)
+
+
+def stem_name(quick: bool) -> str:
+    return f"relu + max 3x3 s2 p1 on {'x'.join(map(str, stem_shape(quick)))}"
 
 
 def wgan_arrays(shape, k, seed=0) -> dict[str, np.ndarray]:
@@ -58,8 +86,16 @@ def wgan_arrays(shape, k, seed=0) -> dict[str, np.ndarray]:
     }
 
 
+def stem_arrays(shape, seed=0) -> dict[str, np.ndarray]:
+    """An input and the weights of a critic head over the stem's pooled output (float32)."""
+    b, c, h, w = shape
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal(shape, dtype=np.float32),
+            "v": rng.standard_normal((b, c, (h + 1) // 2, (w + 1) // 2), dtype=np.float32)}
+
+
 def jax_wgan(arrays: dict, k: int):
-    """The critic loss with gradient penalty and its gradient w.r.t. w, b, real, fake."""
+    """The critic loss with gradient penalty, and its gradient w.r.t. w, b, real, fake."""
     import jax
     import jax.numpy as jnp
 
@@ -105,28 +141,105 @@ def torch_wgan(arrays: dict, k: int, device: str, dtype):
     return {n: v.detach().cpu().double().numpy() for n, v in out.items()}
 
 
-def child(index: int, path: str, allow_cpu: bool = False) -> int:
-    """One determinism run, meant for a fresh process with XLA_FLAGS set."""
+def jax_stem(arrays: dict):
+    """|grad|**2 of a critic over ReLU -> max_pool2d(3, 2, 1) -> tanh, and its gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxpool
+
+    def critic(x, v):
+        return jnp.sum(jnp.tanh(jaxpool.max_pool2d(jax.nn.relu(x), 3, 2, 1)) * v)
+
+    def penalty(x, v):
+        g = jax.grad(critic)(x, v)
+        return jnp.sum(g * g)
+
+    step = jax.jit(jax.value_and_grad(penalty, argnums=(0, 1)))
+    compiled = step.lower(arrays["x"], arrays["v"]).compile()
+    value, (dx, dv) = compiled(arrays["x"], arrays["v"])
+    return {"penalty": np.asarray(value), "x": np.asarray(dx), "v": np.asarray(dv)}, compiled.as_text()
+
+
+def torch_stem(arrays: dict, device: str, dtype):
+    """The same quantities with torch autograd (double backward)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, v = (torch.tensor(arrays[n], device=device, dtype=dtype, requires_grad=True)
+            for n in ("x", "v"))
+    critic = (torch.tanh(F.max_pool2d(F.relu(x), 3, 2, 1)) * v).sum()
+    (g,) = torch.autograd.grad(critic, x, create_graph=True)
+    penalty = (g * g).sum()
+    dx, dv = torch.autograd.grad(penalty, [x, v])
+    return {n: t.detach().cpu().double().numpy() for n, t in
+            (("penalty", penalty), ("x", dx), ("v", dv))}
+
+
+def worrying_ops(hlo: str) -> str:
+    """The ops of a compiled program that a deterministic GPU run cannot take for granted."""
+    found = re.findall(r"\b(select-and-scatter|scatter|gather)\(", hlo)
+    return ", ".join(f"{found.count(op)} {op}" for op in sorted(set(found))) or "none"
+
+
+# -- What runs in a fresh process --------------------------------------------------------
+
+def child_determinism(path: str, quick: bool) -> int:
+    """Every determinism computation once; their results to `path` (an .npz)."""
     import jax
 
-    if jax.devices()[0].platform != "gpu" and not allow_cpu:
-        print(f"child: JAX's default device is {jax.devices()[0]}, not a GPU")
-        return 2
-    shape, k = CASES[index]
-    out, hlo = jax_wgan(wgan_arrays(shape, k), k)
+    print(f"child: JAX devices {jax.devices()}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    out, failed = {}, False
+    runs = [(name, lambda s=shape, k=k: jax_wgan(wgan_arrays(s, k), k))
+            for name, shape, k in wgan_cases(quick)]
+    runs.append((stem_name(quick), lambda: jax_stem(stem_arrays(stem_shape(quick)))))
+    for name, run in runs:
+        try:
+            t0 = time.perf_counter()
+            values, hlo = run()
+        except Exception as exc:  # noqa: BLE001  report and go on to the next computation
+            print(f"child: {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            failed = True
+            continue
+        digest = hashlib.sha256(b"".join(values[n].tobytes() for n in sorted(values))).hexdigest()
+        print(f"child: {name}: sha256 {digest[:16]}, {time.perf_counter() - t0:.1f} s, "
+              f"scatter/gather in the compiled program: {worrying_ops(hlo)}")
+        out.update({f"{name}|{n}": v for n, v in values.items()})
     np.savez(path, **out)
-    digest = hashlib.sha256(b"".join(out[n].tobytes() for n in sorted(out))).hexdigest()[:16]
-    print(f"child: {case_name(shape, k)} loss {float(out['loss']):.6g} sha256 {digest} "
-          f"scatter ops in HLO: {hlo.count('scatter(')}")
+    return 1 if failed else 0
+
+
+def child_flax_max(quick: bool) -> int:
+    """flax.linen.max_pool's gradient under the environment's XLA_FLAGS, twice."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    b, c, h, w = stem_shape(quick)
+    x = np.random.default_rng(0).standard_normal((b, h, w, c), dtype=np.float32)
+    x = np.maximum(x, 0)  # after a ReLU: windows that tie at zero
+    grad = jax.jit(jax.grad(lambda a: jnp.sum(
+        jnp.tanh(nn.max_pool(a, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))) ** 2)))
+    try:
+        compiled = grad.lower(x).compile()
+        print(f"child: compiled; scatter/gather in the program: {worrying_ops(compiled.as_text())}")
+        first, second = np.asarray(compiled(x)), np.asarray(compiled(x))
+    except Exception as exc:  # noqa: BLE001  the point is to show what happens
+        print(f"child: flax.linen.max_pool's gradient fails: {type(exc).__name__}: "
+              f"{' '.join(str(exc).split())[:400]}")
+        return 0
+    same = first.tobytes() == second.tobytes()
+    print(f"child: flax.linen.max_pool's gradient ran; two runs {'bitwise equal' if same else 'DIFFER'}")
     return 0
 
+
+# -- The sections, run by the parent -----------------------------------------------------
 
 class Report:
     """Prints lines and keeps them, to write as a markdown report."""
 
     def __init__(self, out: str | None):
-        self.out, self.lines, self.tables = out, [], []
-        self.header = []
+        self.out, self.lines, self.tables, self.header = out, [], [], []
 
     def say(self, text: str = ""):
         print(text, flush=True)
@@ -134,9 +247,7 @@ class Report:
 
     def markdown(self) -> str:
         body = "\n".join(self.header) + "\n\n```\n" + "\n".join(self.lines) + "\n```\n"
-        for t in self.tables:
-            body += "\n" + t
-        return body
+        return body + "".join("\n" + t for t in self.tables)
 
     def write(self):
         if self.out:
@@ -145,128 +256,188 @@ class Report:
                 f.write(self.markdown())
 
 
-def environment(r: Report, allow_cpu: bool = False) -> bool:
-    """Header lines; False if JAX sees no GPU (unless `allow_cpu`)."""
-    import jax
-
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError as exc:
-        gpus, why = [], str(exc).splitlines()[0]
-    else:
-        why = ""
-    try:
-        import torch
-
-        tname = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
-        tver = torch.__version__
-    except ImportError:
-        tname, tver = "not installed", "-"
-    from benchmarks import machine
-
-    r.header = [
-        (f"GPU run of {datetime.date.today().isoformat()} on "
-         f"{machine.describe('gpu', gpus[0] if gpus else None)}; {machine.versions()}."),
-        "",
-        f"Command: `python benchmarks/gpu_check.py {shlex.join(sys.argv[1:])}`",
-    ]
-    if not gpus and allow_cpu:
-        r.say(f"JAX sees no GPU ({why}): --allow-cpu, so every step runs on the CPU; "
-              "this says nothing about GPUs.")
-        return True
-    if not gpus:
-        r.say(f"JAX sees no GPU ({why}): nothing to check.")
-        return False
-    r.say(f"JAX devices: {', '.join(str(d) for d in gpus)}")
-    return True
-
-
-def determinism(r: Report, tmp: str, allow_cpu: bool = False) -> bool:
-    r.say(f"== 1. jaxpool WGAN-GP double backward, twice, XLA_FLAGS={FLAG}")
+def child(r: Report, args: list[str], flags: str | None) -> tuple[int | None, list[str]]:
+    """Run this script with `args` in a fresh process (with XLA_FLAGS `flags` added);
+    return its exit status (None if it timed out) and its output lines."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FLAG).strip()
+    if flags:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    ok = True
-    for i, (shape, k) in enumerate(CASES):
-        runs = []
-        for run in (1, 2):
-            path = os.path.join(tmp, f"det-{i}-{run}.npz")
-            cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--child", str(i), path]
-            proc = subprocess.run(cmd + (["--allow-cpu"] if allow_cpu else []), cwd=ROOT,
-                                  env=env, capture_output=True, text=True, check=False)
-            text = (proc.stdout + proc.stderr).strip().splitlines()
-            if proc.returncode != 0:
-                r.say(f"{case_name(shape, k)} run {run}: FAILED (exit {proc.returncode})")
-                for line in text[-15:]:
-                    r.say("    " + line)
-                ok = False
-                break
-            r.say(f"{case_name(shape, k)} run {run}: " + next((l[7:] for l in text if l.startswith("child: ")), ""))
-            runs.append(dict(np.load(path)))
-        if len(runs) < 2:
-            continue
-        same = all(runs[0][n].tobytes() == runs[1][n].tobytes() for n in runs[0])
-        r.say(f"{case_name(shape, k)}: the two runs are {'bitwise EQUAL' if same else 'DIFFERENT'}")
-        ok &= same
-        try:
-            import torch
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check", *args]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        r.say(f"    stopped after {CHILD_TIMEOUT_S} s")
+        return None, []
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    for line in lines:
+        if line.startswith("child: "):
+            r.say("    " + line[7:])
+    if proc.returncode != 0:
+        r.say(f"    exit status {proc.returncode}; the last lines:")
+        for line in lines[-8:]:
+            r.say("      " + line[:300])
+    return proc.returncode, lines
 
-            ref = torch_wgan(wgan_arrays(shape, k), k, "cpu", torch.float64)
-            errs = {n: float(np.max(np.abs(runs[0][n] - ref[n])) / (np.max(np.abs(ref[n])) or 1.0))
-                    for n in ref}
-            worst = max(errs, key=errs.get)
-            close = errs[worst] < 1e-3
-            r.say(f"{case_name(shape, k)}: against torch float64 on the CPU, largest relative error "
-                  f"{errs[worst]:.2g} (d/d{worst}) {'ok' if close else 'TOO LARGE'}")
-            ok &= close
-        except ImportError:
-            r.say("torch not installed: no comparison with torch values")
-    r.say("determinism check: " + ("PASSED" if ok else "FAILED"))
+
+def determinism(r: Report, tmp: str, quick: bool) -> bool:
+    results = []
+    for run in (1, 2):
+        path = os.path.join(tmp, f"determinism-{run}.npz")
+        r.say(f"run {run}:")
+        code, _ = child(r, ["--child", "determinism", path] + ["--quick"] * quick, FLAG)
+        if code is None or not os.path.exists(path):
+            r.say("determinism: FAILED (a run did not finish)")
+            return False
+        results.append(dict(np.load(path)))
+    ok = True
+    names = sorted({key.split("|")[0] for key in results[0]} | {key.split("|")[0] for key in results[1]})
+    for name in names:
+        keys = [k for k in results[0] if k.startswith(name + "|")]
+        same = bool(keys) and all(k in results[1] and results[0][k].tobytes() == results[1][k].tobytes()
+                                  for k in keys)
+        r.say(f"{name}: the two runs are {'bitwise EQUAL' if same else 'DIFFERENT'}")
+        ok &= same
+    ok &= len(names) == len(wgan_cases(quick)) + 1
+    ok &= against_torch(r, results[0], quick)
+    r.say("determinism: " + ("PASSED" if ok else "FAILED"))
     return ok
 
 
-def torch_demo(r: Report):
-    r.say("== 2. torch on the same computation")
+def against_torch(r: Report, got: dict, quick: bool) -> bool:
+    """The first run's values against torch's, in float64 on the CPU."""
     try:
         import torch
     except ImportError:
-        r.say("torch not installed: skipped")
-        return
+        r.say("torch is not installed: no comparison with torch's values")
+        return True
+    refs = {name: torch_wgan(wgan_arrays(shape, k), k, "cpu", torch.float64)
+            for name, shape, k in wgan_cases(quick)}
+    refs[stem_name(quick)] = torch_stem(stem_arrays(stem_shape(quick)), "cpu", torch.float64)
+    ok = True
+    for name, ref in refs.items():
+        errs = {n: float(np.max(np.abs(got[f"{name}|{n}"] - ref[n])) / (np.max(np.abs(ref[n])) or 1.0))
+                for n in ref if f"{name}|{n}" in got}
+        if not errs:
+            continue
+        worst = max(errs, key=errs.get)
+        close = errs[worst] < 1e-3
+        r.say(f"{name}: against torch float64 on the CPU, largest relative error "
+              f"{errs[worst]:.2g} (d/d{worst}) {'ok' if close else 'TOO LARGE'}")
+        ok &= close
+    return ok
+
+
+def flax_max(r: Report, quick: bool) -> None:
+    child(r, ["--child", "flax-max"] + ["--quick"] * quick, FLAG)
+
+
+def torch_cuda(r: Report, quick: bool) -> None:
+    import torch
+    import torch.nn.functional as F
+
     if not torch.cuda.is_available():
         r.say("this torch build has no CUDA device: skipped")
         return
-    shape, k = CASES[0]
+    name, shape, k = wgan_cases(quick)[0]
     arrays = wgan_arrays(shape, k)
-    a = torch_wgan(arrays, k, "cuda", torch.float32)
-    b = torch_wgan(arrays, k, "cuda", torch.float32)
+    a, b = (torch_wgan(arrays, k, "cuda", torch.float32) for _ in range(2))
     same = all(a[n].tobytes() == b[n].tobytes() for n in a)
-    r.say(f"torch CUDA, {case_name(shape, k)}, two plain runs: {'bitwise equal' if same else 'DIFFERENT bits'}")
+    r.say(f"WGAN-GP {name}, two plain runs: {'bitwise equal' if same else 'DIFFERENT bits'}")
+    stem = stem_arrays(stem_shape(quick))
+    a, b = (torch_stem(stem, "cuda", torch.float32) for _ in range(2))
+    same = all(a[n].tobytes() == b[n].tobytes() for n in a)
+    r.say(f"relu + max_pool2d(3, 2, 1) double backward, two plain runs: "
+          f"{'bitwise equal' if same else 'DIFFERENT bits'}")
+    x = torch.tensor(stem["x"], device="cuda", requires_grad=True)
+    backward = {
+        "adaptive_avg_pool2d(4)": lambda: F.adaptive_avg_pool2d(x, 4),
+        "adaptive_max_pool2d(4)": lambda: F.adaptive_max_pool2d(x, 4),
+        "max_pool2d(3, 2, 1)": lambda: F.max_pool2d(x, 3, 2, 1),
+    }
     torch.use_deterministic_algorithms(True)
     try:
-        torch_wgan(arrays, k, "cuda", torch.float32)
-        r.say("torch.use_deterministic_algorithms(True): no error raised")
-    except RuntimeError as exc:
-        r.say(f"torch.use_deterministic_algorithms(True): RuntimeError: {str(exc).splitlines()[0]}")
+        for label, pool in backward.items():
+            try:
+                pool().square().sum().backward()
+                torch.cuda.synchronize()
+                r.say(f"use_deterministic_algorithms(True), {label} backward: runs")
+            except RuntimeError as exc:
+                r.say(f"use_deterministic_algorithms(True), {label} backward: RuntimeError: "
+                      f"{str(exc).splitlines()[0][:200]}")
     finally:
         torch.use_deterministic_algorithms(False)
 
 
-def bench(r: Report, out: str, quick: bool, extra: list[str], device: str = "gpu") -> bool:
+def bench(r: Report, out: str, device: str, grid: str, time_limit_s: float,
+          extra: list[str]) -> None:
     from benchmarks import cli
 
     folder = os.path.join(out, "bench")
-    argv = ["--device", device, "--sides", "jaxpool,torch,flax,keras,floor,reduce_window",
-            "--out", folder, "--no-progress"] + ([] if quick else ["--full"]) + extra
-    r.say("== 3. python -m benchmarks " + shlex.join(argv))
-    t0 = time.perf_counter()
+    argv = ["--device", device, "--modes", "fwd,grad,gradgrad",
+            "--sides", "jaxpool,reduce_window,torch,flax,keras,equinox,floor",
+            "--reps", "7", "--side-budget-s", "2", "--time-limit-s", f"{time_limit_s:.0f}",
+            "--grid", grid, "--out", folder, "--no-progress"] + extra
+    r.say("$ python -m benchmarks " + shlex.join(argv))
     code = cli.main(argv)
-    r.say(f"benchmark exit {code} after {time.perf_counter() - t0:.0f} s")
+    r.say(f"benchmark exit status {code}")
     table = os.path.join(folder, "results.md")
     if code == 0 and os.path.exists(table):
         with open(table) as f:
             # The chart stays in the output folder; the table is what the record keeps.
-            r.tables.append("".join(l for l in f if not l.startswith("![")))
-    return code == 0
+            r.tables.append("".join(line for line in f if not line.startswith("![")))
+
+
+def section(r: Report, title: str, run) -> tuple[bool, object]:
+    """Run one section: (whether it raised, its result). An error is printed, and the
+    script goes on to the next section."""
+    r.say(f"== {title}")
+    t0 = time.perf_counter()
+    raised, result = False, None
+    try:
+        result = run()
+    except Exception:  # noqa: BLE001  one section's failure must not stop the others
+        raised = True
+        for line in traceback.format_exc().strip().splitlines()[-6:]:
+            r.say("    " + line[:300])
+    r.say(f"   ({time.perf_counter() - t0:.0f} s)")
+    r.write()
+    return raised, result
+
+
+def environment(r: Report, allow_cpu: bool) -> str | None:
+    """Header lines; the device the sections run on, or None to skip them."""
+    import jax
+
+    from benchmarks import machine
+
+    gpus, why = [], ""
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError as exc:
+        why = str(exc).splitlines()[0]
+    r.header = [
+        f"GPU run of {datetime.date.today().isoformat()} on "
+        f"{machine.describe('gpu', gpus[0] if gpus else None)}; {machine.versions()}.",
+        "",
+        f"Command: `python -m benchmarks.gpu_check {shlex.join(sys.argv[1:])}`",
+    ]
+    r.say(f"jax {jax.__version__}, devices: {', '.join(map(str, jax.devices()))}")
+    with contextlib.suppress(ImportError):
+        import torch
+
+        r.say(f"torch {torch.__version__}, CUDA device: "
+              f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+    if gpus:
+        return "gpu"
+    if allow_cpu:
+        r.say(f"JAX sees no GPU ({why}); --allow-cpu: every section runs on the CPU, which "
+              "says nothing about GPUs.")
+        return "cpu"
+    r.say(f"JAX sees no GPU ({why}): every section below needs one and is skipped "
+          "(--allow-cpu runs them on the CPU).")
+    return None
 
 
 def splice(markdown_file: str, text: str):
@@ -276,9 +447,15 @@ def splice(markdown_file: str, text: str):
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu-results", metavar="DIR")
-    p.add_argument("--quick", action="store_true", help="the benchmark's quick grid")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller shapes and the benchmark's smoke grid: does the script run?")
+    p.add_argument("--full", action="store_true", help="the benchmark's full grid")
+    p.add_argument("--budget-s", type=float, default=390.0, metavar="S",
+                   help="the benchmark starts no new cell once the script has run this long "
+                   "(default 390, which keeps the whole under 8 minutes)")
     p.add_argument("--bench-args", default="", help="more arguments for the benchmark, quoted")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--markdown", default=None, metavar="FILE",
@@ -286,11 +463,14 @@ def main(argv=None) -> int:
     p.add_argument("--record", default=None, metavar="REPORT",
                    help="only put this saved gpu-report.md into --markdown (no GPU needed)")
     p.add_argument("--allow-cpu", action="store_true",
-                   help="without a GPU, run every step on the CPU (a dry run of this script)")
-    p.add_argument("--child", nargs=2, metavar=("CASE", "NPZ"), help=argparse.SUPPRESS)
+                   help="without a GPU, run every section on the CPU (a dry run of this script)")
+    p.add_argument("--child", choices=("determinism", "flax-max"), help=argparse.SUPPRESS)
+    p.add_argument("child_args", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
-        return child(int(args.child[0]), args.child[1], args.allow_cpu)
+    if args.child == "determinism":
+        return child_determinism(args.child_args[0], args.quick)
+    if args.child == "flax-max":
+        return child_flax_max(args.quick)
     if args.record:
         if not args.markdown:
             p.error("--record needs --markdown")
@@ -299,31 +479,41 @@ def main(argv=None) -> int:
         print(f"put {args.record} into {args.markdown}")
         return 0
 
+    # The child processes need GPU memory of their own while this one holds some.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     r = Report(args.out)
-    if not environment(r, args.allow_cpu):
-        r.write()
-        return 2
+    device = environment(r, args.allow_cpu)
     r.write()
+    if device is None:
+        return 2
     tmp = os.path.join(args.out, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    ok = determinism(r, tmp, args.allow_cpu)
-    r.write()
-    torch_demo(r)
-    r.write()
-    bench_ok = True
+    raised, deterministic = section(r, f"1. jaxpool double backward, twice, XLA_FLAGS={FLAG}",
+                                    lambda: determinism(r, tmp, args.quick))
+    steps = [
+        (f"2. flax.linen.max_pool's gradient under XLA_FLAGS={FLAG}", lambda: flax_max(r, args.quick)),
+        ("3. torch CUDA on the same computations", lambda: torch_cuda(r, args.quick)),
+    ]
     if not args.skip_bench:
-        import jax
-
-        device = "gpu" if any(d.platform == "gpu" for d in jax.devices()) else "cpu"
-        bench_ok = bench(r, args.out, args.quick, shlex.split(args.bench_args), device)
-    r.write()
+        grid = "smoke" if args.quick else "full" if args.full else "short"
+        limit = max(60.0, args.budget_s - (time.perf_counter() - started))
+        steps.append((f"4. the benchmark on the {device}, with the reduce_window candidate "
+                      f"(new cells for {limit:.0f} s)",
+                      lambda: bench(r, args.out, device, grid, limit,
+                                    shlex.split(args.bench_args))))
+    for title, run in steps:
+        raised |= section(r, title, run)[0]
     for name in os.listdir(tmp):
         os.remove(os.path.join(tmp, name))
     os.rmdir(tmp)
+    r.say(f"gpu_check: {time.perf_counter() - started:.0f} s in all")
+    r.write()
     if args.markdown:
         splice(args.markdown, r.markdown())
     print(f"wrote {os.path.join(args.out, 'gpu-report.md')}")
-    return 0 if ok and bench_ok else (1 if not ok else 3)
+    if deterministic is False:
+        return 1
+    return 3 if raised else 0
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     lines = [
         f"Run of {meta['date']} on {meta['machine']}; {meta['versions']}.",
         "",
-        f"Command: `{meta['command']}` ({meta['elapsed_s'] / 60:.1f} min).",
+        f"Command: `{meta['command']}` ({meta['elapsed_s'] / 60:.1f} min"
+        + (f"; {meta['stopped']}" if meta.get("stopped") else "") + ").",
         "",
         f"Milliseconds per call: median of {meta['reps']} interleaved samples "
         "± half the interquartile range (n = fewer samples, for a side slower than "

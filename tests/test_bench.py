@@ -225,3 +225,28 @@ def test_every_side_runs_or_says_why_on_the_max_cells():
         assert got["reduce_window"]["status"] == "unsupported"  # an average-pooling candidate
         for name, e in got.items():
             assert e["status"] in ("ok", "wrong", "unsupported", "missing"), (case.label, name, e)
+
+
+def test_gpu_check_without_a_gpu_says_so_and_skips_its_sections(tmp_path, monkeypatch):
+    import jax
+
+    from benchmarks import gpu_check
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU is present")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    assert gpu_check.main(["--quick", "--out", str(tmp_path)]) == 2
+    assert "every section below needs one and is skipped" in (tmp_path / "gpu-report.md").read_text()
+
+
+def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
+    from benchmarks import gpu_check
+
+    arrays = gpu_check.stem_arrays((2, 3, 9, 9))
+    got, hlo = gpu_check.jax_stem(arrays)
+    ref = gpu_check.torch_stem(arrays, "cpu", torch.float64)
+    assert set(got) == set(ref)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert gpu_check.worrying_ops(hlo) == "none"
+    assert gpu_check.worrying_ops("%s = f32[2] scatter(%a), %g = f32[1] gather(%b)") == "1 gather, 1 scatter"
