@@ -42,8 +42,8 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
         plane_stride = math.prod(extents[i + 1:])
         if is_identity(axis_plan):
             if with_indices:
-                index = _offset(index, _along(np.arange(axis_plan.in_size) * plane_stride,
-                                              axis, x.ndim))
+                offset = _along(np.arange(axis_plan.in_size) * plane_stride, axis, x.ndim)
+                index = jnp.broadcast_to(offset if index is None else index + offset, x.shape)
             continue
         x, index = _max_along(x, index, axis, axis_plan, plane_stride, with_indices)
     if with_indices:
@@ -133,6 +133,3 @@ def _along(values: np.ndarray, axis: int, ndim: int) -> jax.Array:
     dtype = bool if values.dtype == bool else index_dtype()
     return jnp.asarray(values.reshape(shape), dtype)
 
-
-def _offset(index, offset):
-    return offset if index is None else index + offset

@@ -1,0 +1,194 @@
+"""Max and LP pooling against torch.nn.functional: values bit for bit, indices, VJPs, on
+inputs full of ties (ReLU outputs, small integers) and non-finite numbers as well as
+random normals."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jaxpool
+from torch_reference import to_channels_first, to_channels_last
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+MAX = {1: jaxpool.max_pool1d, 2: jaxpool.max_pool2d, 3: jaxpool.max_pool3d}
+ADAPTIVE_MAX = {1: jaxpool.adaptive_max_pool1d, 2: jaxpool.adaptive_max_pool2d,
+                3: jaxpool.adaptive_max_pool3d}
+LP = {1: jaxpool.lp_pool1d, 2: jaxpool.lp_pool2d, 3: jaxpool.lp_pool3d}
+TORCH_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+TORCH_ADAPTIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d,
+                      3: F.adaptive_max_pool3d}
+TORCH_LP = {1: F.lp_pool1d, 2: F.lp_pool2d, 3: F.lp_pool3d}
+
+
+def _inputs(shape, rng):
+    """Random normals, ReLU outputs (most windows tie at zero), small integers (ties
+    everywhere), and normals sprinkled with NaN, +inf and -inf."""
+    normal = rng.standard_normal(shape)
+    special = normal.copy()
+    spots = rng.random(shape)
+    special[spots < 0.05] = np.nan
+    special[(spots >= 0.05) & (spots < 0.1)] = np.inf
+    special[(spots >= 0.1) & (spots < 0.2)] = -np.inf
+    return {"normal": normal, "relu": np.maximum(normal - 0.5, 0),
+            "integers": rng.integers(-2, 3, shape).astype(np.float64), "non-finite": special}
+
+
+def _max_grid(ndim):
+    """kernel, stride, padding, dilation and ceil_mode crossed (torch's padding rule kept)."""
+    kernels = [1, 2, 3, (3, 2, 2)[:ndim] if ndim > 1 else 4]
+    options = itertools.product(kernels, [None, 1, 2], [0, 1], [1, 2], [False, True])
+    for kernel, stride, padding, dilation, ceil_mode in options:
+        smallest = min(kernel) if isinstance(kernel, tuple) else kernel
+        if padding > smallest // 2:
+            continue
+        yield dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                   ceil_mode=ceil_mode)
+
+
+SHAPES = {1: (2, 3, 13), 2: (2, 3, 9, 10), 3: (1, 2, 7, 6, 8)}
+MAX_CASES = [(d, args) for d in (1, 2, 3) for args in _max_grid(d)]
+ADAPTIVE_CASES = [(1, (2, 3, 15), 4), (1, (3, 7), 9), (1, (2, 3, 12), 1),
+                  (2, (2, 3, 15, 15), 4), (2, (2, 3, 7, 7), 1), (2, (2, 3, 5, 7), (3, None)),
+                  (2, (1, 2, 3, 5), (7, 8)), (2, (2, 3, 56, 56), 7), (2, (0, 3, 5, 5), 2),
+                  (2, (3, 10, 11), (3, 4)), (3, (1, 2, 6, 7, 8), (3, 4, 5)),
+                  (3, (1, 2, 4, 4, 4), 1)]
+
+
+def _check(jax_fn, torch_fn, x, ndim, channels_last, rng, with_indices=True):
+    """Values and indices exactly, and the VJP (torch's gradient goes to its indices).
+    ``jax_fn`` returns ``(values, indices)``, as torch's ``return_indices=True``."""
+    x_torch = torch.tensor(x, requires_grad=True)
+    values, indices = torch_fn(x_torch)
+    cotangent = rng.standard_normal(values.shape)
+    (grad,) = torch.autograd.grad(values, x_torch, torch.tensor(cotangent))
+    expected = [values.detach().numpy(), indices.numpy(), grad.numpy()]
+    x_in = to_channels_last(x, ndim) if channels_last else x
+    got_values, vjp, got_indices = jax.vjp(jax_fn, jnp.asarray(x_in), has_aux=True)
+    got_grad = vjp(jnp.asarray(to_channels_last(cotangent, ndim) if channels_last
+                               else cotangent))[0]
+    got = [np.asarray(got_values), np.asarray(got_indices), np.asarray(got_grad)]
+    if channels_last:
+        got = [to_channels_first(a, ndim) for a in got]
+    assert got[0].dtype == x.dtype and got[1].dtype == np.int64
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    # an element picked by overlapping windows sums their cotangents in another order
+    np.testing.assert_allclose(got[2], expected[2], rtol=1e-14,
+                               atol=1e-14 * np.abs(expected[2]).max(initial=0))
+
+
+@pytest.mark.parametrize("kind", ["normal", "relu", "integers", "non-finite"])
+@pytest.mark.parametrize("ndim,args", MAX_CASES, ids=[f"{d}d-{a}" for d, a in MAX_CASES])
+def test_max_pool_matches_torch(ndim, args, kind, rng):
+    x = _inputs(SHAPES[ndim], rng)[kind]
+    channels_last = bool(rng.integers(2))
+    _check(lambda a: MAX[ndim](a, **args, return_indices=True, channels_last=channels_last),
+           lambda t: TORCH_MAX[ndim](t, **args, return_indices=True), x, ndim,
+           channels_last, rng)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("kind", ["normal", "relu", "integers", "non-finite"])
+@pytest.mark.parametrize("ndim,shape,output_size", ADAPTIVE_CASES,
+                         ids=[f"{s}->{o}" for _, s, o in ADAPTIVE_CASES])
+def test_adaptive_max_pool_matches_torch(ndim, shape, output_size, kind, channels_last, rng):
+    x = _inputs(shape, rng)[kind]
+    _check(lambda a: ADAPTIVE_MAX[ndim](a, output_size, True, channels_last=channels_last),
+           lambda t: TORCH_ADAPTIVE_MAX[ndim](t, output_size, True), x, ndim, channels_last,
+           rng)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("kind", ["normal", "relu", "non-finite"])
+def test_global_max_pool_matches_torch(kind, channels_last, rng):
+    x = _inputs((2, 3, 7, 6), rng)[kind]
+    x_torch = torch.tensor(x, requires_grad=True)
+    expected = F.adaptive_max_pool2d(x_torch, 1).flatten(1)
+    cotangent = rng.standard_normal(expected.shape)
+    (grad,) = torch.autograd.grad(expected, x_torch, torch.tensor(cotangent))
+    x_in = jnp.asarray(to_channels_last(x, 2) if channels_last else x)
+    got, vjp = jax.vjp(lambda a: jaxpool.global_max_pool(a, channels_last=channels_last), x_in)
+    got_grad = np.asarray(vjp(jnp.asarray(cotangent))[0])
+    np.testing.assert_array_equal(np.asarray(got), expected.detach().numpy())
+    np.testing.assert_array_equal(to_channels_first(got_grad, 2) if channels_last else got_grad,
+                                  grad.numpy())
+
+
+def test_indices_are_int32_without_x64():
+    with jax.enable_x64(False):
+        _, indices = jaxpool.max_pool2d(jnp.ones((1, 1, 4, 4)), 2, return_indices=True)
+    assert indices.dtype == jnp.int32
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("kind", ["normal", "relu", "non-finite"])
+@pytest.mark.parametrize("op", ["max 3x3 s2 p1", "max ceil dilated", "adaptive 15->4"])
+def test_max_is_bit_exact_in_every_dtype(op, kind, dtype, rng):
+    """Max pooling picks an element: nothing to round, so every dtype matches torch bit for
+    bit (the sign of a zero included)."""
+    jax_fn, torch_fn = {
+        "max 3x3 s2 p1": (lambda a: jaxpool.max_pool2d(a, 3, 2, 1, return_indices=True),
+                          lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True)),
+        "max ceil dilated": (lambda a: jaxpool.max_pool2d(a, 3, 2, 1, 2, True, True),
+                             lambda t: F.max_pool2d(t, 3, 2, 1, 2, True, True)),
+        "adaptive 15->4": (lambda a: jaxpool.adaptive_max_pool2d(a, 4, True),
+                           lambda t: F.adaptive_max_pool2d(t, 4, True)),
+    }[op]
+    x = _inputs((2, 4, 15, 15), rng)[kind]
+    x[0, 0, 0, :4] = [-0.0, 0.0, -0.0, 0.0]
+    x = np.asarray(jnp.asarray(x, dtype))
+    values, indices = torch_fn(torch.tensor(x.astype(np.float64)).to(getattr(torch, dtype)))
+    got_values, got_indices = jax_fn(jnp.asarray(x))
+    assert got_values.dtype == jnp.dtype(dtype)
+    bits = {2: np.uint16, 4: np.uint32}[got_values.dtype.itemsize]
+    expected = np.asarray(jnp.asarray(values.to(torch.float64).numpy(), dtype))
+    np.testing.assert_array_equal(np.asarray(got_values).view(bits), expected.view(bits))
+    np.testing.assert_array_equal(np.asarray(got_indices), indices.numpy())
+
+
+LP_CASES = [(d, p, args) for d in (1, 2, 3) for p in (1, 2, 3, 1.5, float("inf"), -float("inf"))
+            for args in (dict(kernel_size=2), dict(kernel_size=3, stride=2, ceil_mode=True))]
+
+
+@pytest.mark.parametrize("ndim,norm_type,args", LP_CASES,
+                         ids=[f"{d}d-p{p}-{a}" for d, p, a in LP_CASES])
+def test_lp_pool_matches_torch(ndim, norm_type, args, rng):
+    """torch's definition to rounding, values and VJP, on positive inputs and, for even
+    and infinite powers (whose window sums stay real), on signed ones."""
+    shape = SHAPES[ndim]
+    x = np.abs(rng.standard_normal(shape)) + 0.1
+    if norm_type % 2 == 0 or np.isinf(norm_type):
+        x = x * np.sign(rng.standard_normal(shape))
+    x_torch = torch.tensor(x, requires_grad=True)
+    expected = TORCH_LP[ndim](x_torch, norm_type, **args)
+    cotangent = rng.standard_normal(expected.shape)
+    (grad,) = torch.autograd.grad(expected, x_torch, torch.tensor(cotangent))
+    got, vjp = jax.vjp(lambda a: LP[ndim](a, norm_type, **args), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), expected.detach().numpy(), rtol=1e-12,
+                               atol=1e-14, equal_nan=True)
+    np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(cotangent))[0]), grad.numpy(),
+                               rtol=1e-10, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_lp_pool_half_precision_rounds_once(dtype, rng):
+    x = np.asarray(jnp.asarray(np.abs(rng.standard_normal((2, 4, 15, 15))) + 0.1, dtype))
+    reference = F.lp_pool2d(torch.tensor(x.astype(np.float64)), 2, 3, 2).numpy()
+    got = jaxpool.lp_pool2d(jnp.asarray(x), 2, 3, 2)
+    assert got.dtype == jnp.dtype(dtype)
+    eps = float(jnp.finfo(dtype).eps)
+    assert np.all(np.abs(np.asarray(got.astype(jnp.float64)) - reference)
+                  <= eps * np.abs(reference) + 1e-6 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("norm_type,error", [(0, ValueError), (float("nan"), ValueError),
+                                             (True, TypeError), ("2", TypeError)])
+def test_lp_pool_rejects_a_bad_norm_type(norm_type, error):
+    with pytest.raises(error, match="norm_type"):
+        jaxpool.lp_pool2d(jnp.ones((1, 1, 4, 4)), norm_type, 2)
