@@ -75,6 +75,38 @@ TORCH = {
 }
 
 
+# Max and LP pooling: one case per way an axis is walked (one family of windows, with
+# padding, dilation and ceil-mode overhang; several interleaved families for ragged
+# adaptive windows; identity axes; channels-last; global), and LP's two forms.
+MAX_CASES = {
+    "max family padded": (lambda x: jaxpool.max_pool2d(x, 3, 2, 1), (2, 3, 11, 10)),
+    "max family dilated ceil": (lambda x: jaxpool.max_pool2d(x, (3, 2), 2, 1, (2, 3), True),
+                                (2, 3, 12, 11)),
+    "max families ragged": (lambda x: jaxpool.adaptive_max_pool2d(x, (4, 3)), (2, 3, 15, 7)),
+    "max families up + identity": (lambda x: jaxpool.adaptive_max_pool2d(x, (7, None)),
+                                   (2, 3, 3, 5)),
+    "max channels-last 3d": (lambda x: jaxpool.max_pool3d(x, 2, channels_last=True),
+                             (2, 4, 6, 4, 3)),
+    "max 1d unbatched": (lambda x: jaxpool.max_pool1d(x, 4, 3, 2, ceil_mode=True), (3, 17)),
+    "global max": (lambda x: jaxpool.global_max_pool(x), (2, 3, 5, 7)),
+    "lp": (lambda x: jaxpool.lp_pool2d(x, 3, 3, 2, ceil_mode=True), (2, 3, 11, 10)),
+    "lp inf": (lambda x: jaxpool.lp_pool1d(x, float("inf"), 3), (2, 3, 13)),
+}
+
+MAX_TORCH = {
+    "max family padded": lambda t: F.max_pool2d(t, 3, 2, 1),
+    "max family dilated ceil": lambda t: F.max_pool2d(t, (3, 2), 2, 1, (2, 3), True),
+    "max families ragged": lambda t: F.adaptive_max_pool2d(t, (4, 3)),
+    "max families up + identity": lambda t: F.adaptive_max_pool2d(t, (7, None)),
+    "max channels-last 3d":
+        lambda t: F.max_pool3d(t.permute(0, 4, 1, 2, 3), 2).permute(0, 2, 3, 4, 1),
+    "max 1d unbatched": lambda t: F.max_pool1d(t, 4, 3, 2, ceil_mode=True),
+    "global max": lambda t: t.amax(dim=(2, 3)),
+    "lp": lambda t: F.lp_pool2d(t, 3, 3, 2, ceil_mode=True),
+    "lp inf": lambda t: F.lp_pool1d(t, float("inf"), 3),
+}
+
+
 def _axes(plan):
     return list(zip(plan.strategies, plan.tangents))
 
@@ -83,7 +115,7 @@ AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axe
 
 
 def test_every_strategy_has_a_case():
-    assert set(TORCH) == set(CASES)
+    assert set(TORCH) == set(CASES) and set(MAX_TORCH) == set(MAX_CASES)
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
     assert {tangent for _, tangent in AXES} == set(TANGENTS)
     # blocks and taps both with derivatives from the window matrix and without

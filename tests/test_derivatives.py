@@ -11,9 +11,24 @@ import torch
 from jax.test_util import check_grads
 
 import jaxpool
-from strategy_cases import CASES, TORCH, test_every_strategy_has_a_case  # noqa: F401
+from strategy_cases import (CASES, MAX_CASES, MAX_TORCH, TORCH,  # noqa: F401
+                            test_every_strategy_has_a_case)
 
 pytestmark = pytest.mark.usefixtures("x64")
+
+# name -> (pool, input shape): every average strategy case and every max/LP case
+POOLS = {**{name: case[:2] for name, case in CASES.items()}, **MAX_CASES}
+REFERENCE = {**TORCH, **MAX_TORCH}
+
+
+def _input(name, shape, rng):
+    """Random normals for the average ops; for max and LP, distinct positive values
+    spaced far beyond the finite differences' steps, so that no window's pick changes
+    between the points they compare (a max is not differentiable at a tie)."""
+    if name not in MAX_CASES:
+        return rng.standard_normal(shape)
+    size = int(np.prod(shape))
+    return (0.5 + 2.0 * rng.permutation(size) / size).reshape(shape)
 
 
 def _functional(pool, w):
@@ -22,10 +37,10 @@ def _functional(pool, w):
     return lambda x: jnp.sum(w * jnp.tanh(pool(x)) ** 2)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(POOLS))
 def test_check_grads_to_order_3(name, rng):
-    pool, shape, _ = CASES[name]
-    x = jnp.asarray(rng.standard_normal(shape))
+    pool, shape = POOLS[name]
+    x = jnp.asarray(_input(name, shape, rng))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
     # third-order finite differences in float64 carry ~1e-5 relative error of their own
     check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"),
@@ -54,10 +69,10 @@ def _stablehlo_ops(fn, x) -> set[str]:
     return set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", text))
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(POOLS))
 def test_no_scatter_at_any_order(name, rng):
-    pool, shape, _ = CASES[name]
-    x = jnp.asarray(rng.standard_normal(shape))
+    pool, shape = POOLS[name]
+    x = jnp.asarray(_input(name, shape, rng))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
     for program, fn in _derivative_programs(pool, x, w).items():
         ops = _stablehlo_ops(fn, x)
@@ -75,27 +90,27 @@ def test_the_scatter_check_can_fail():
 
 
 
-@pytest.mark.parametrize("name", list(TORCH))
+@pytest.mark.parametrize("name", list(REFERENCE))
 def test_hessian_vector_product_matches_torch(name, rng):
-    pool, shape, _ = CASES[name]
-    x = rng.standard_normal(shape)
+    pool, shape = POOLS[name]
+    x = _input(name, shape, rng)
     v = rng.standard_normal(shape)
     w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
     f = _functional(pool, jnp.asarray(w))
     hvp = jax.jvp(jax.grad(f), (jnp.asarray(x),), (jnp.asarray(v),))[1]
     wt = torch.tensor(w)
     _, expected = torch.autograd.functional.hvp(
-        lambda t: (wt * torch.tanh(TORCH[name](t)) ** 2).sum(), torch.tensor(x),
+        lambda t: (wt * torch.tanh(REFERENCE[name](t)) ** 2).sum(), torch.tensor(x),
         torch.tensor(v))
     np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(POOLS))
 def test_vmap_over_unbatched_inputs_equals_the_batched_call(name, rng):
-    pool, shape, _ = CASES[name]
-    if name == "global":
-        pytest.skip("global_avg_pool takes rank 4 only")
-    x = jnp.asarray(rng.standard_normal(shape))
+    pool, shape = POOLS[name]
+    if name in ("global", "global max", "max 1d unbatched"):
+        pytest.skip("global pooling takes rank 4 only; the 1d case is unbatched already")
+    x = jnp.asarray(_input(name, shape, rng))
     np.testing.assert_array_equal(np.asarray(jax.vmap(pool)(x)), np.asarray(pool(x)))
     grads = jax.vmap(jax.grad(lambda xi: jnp.sum(jnp.sin(pool(xi)))))(x)
     np.testing.assert_allclose(np.asarray(grads),
