@@ -45,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "JAX's caches (default 3)")
     p.add_argument("--side-budget-s", type=float, default=None, metavar="S",
                    help="a side whose samples would take longer than this on one cell and mode "
-                   "gets fewer of them, at least 3 (default 10 on the full grid, else 3)")
+                   "gets fewer of them, at least 3, and fewer first calls, at least 1 "
+                   "(default 10 on the full grid, else 3)")
     p.add_argument("--time-limit-s", type=float, default=None, metavar="S",
                    help="start no new cell after this many seconds (the report says where it "
                    "stopped)")

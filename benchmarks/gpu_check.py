@@ -448,7 +448,8 @@ def splice(markdown_file: str, text: str):
 
 def main(argv=None) -> int:
     started = time.perf_counter()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu-results", metavar="DIR")
     p.add_argument("--quick", action="store_true",
                    help="smaller shapes and the benchmark's smoke grid: does the script run?")

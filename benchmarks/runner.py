@@ -296,6 +296,9 @@ def run_case(case: Case, sides: dict[str, str | None], device: Device, *, modes=
             else:
                 thunks[name] = thunk
         del ref
+        if eager:  # each side's caches were cleared by the later sides' first calls
+            for thunk in thunks.values():
+                thunk()
         status(f"{case.label} | {mode} | timing")
         timed = measure(thunks, reps, min_sample_s, tick=tick, budget_s=budget_s)
         for name, stats in timed.items():
