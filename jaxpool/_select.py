@@ -99,7 +99,7 @@ def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
         keep = (tap > best) | jnp.isnan(tap)
         if first.any():
             keep = keep | _along(first, axis, ndim)
-        best = jnp.where(keep, tap, best)
+        best = lax.select(keep, tap, best)
         if with_indices:
             winner = jnp.where(keep, candidate, winner)
     return best, winner
@@ -120,7 +120,7 @@ def _fit_axis(x, axis: int, lo: int, size: int, value):
     widths = [(0, 0)] * x.ndim
     widths[axis] = (lo, max(hi, 0))
     if lo or hi > 0:
-        x = jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype))
+        x = lax.pad(x, jnp.asarray(value, x.dtype), [(a, b, 0) for a, b in widths])
     if hi < 0:
         x = lax.slice_in_dim(x, 0, size, axis=axis)
     return x

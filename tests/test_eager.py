@@ -1,0 +1,76 @@
+"""Eager calls: one compiled program per plan, shape and dtype, traced once and reused;
+under an outer jit the op is inlined, so the traced program is what it would be without
+the per-op compilation."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpool
+from jaxpool import _axis, _select
+
+OPS = {
+    "avg_pool2d": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1), _axis, "window_sums"),
+    "adaptive_avg_pool2d": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), _axis, "window_sums"),
+    "max_pool2d": (lambda x: jaxpool.max_pool2d(x, 3, 2, 1), _select, "window_max"),
+    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, 4, True), _select,
+                            "window_max"),
+    "lp_pool2d": (lambda x: jaxpool.lp_pool2d(x, 2, 3), _axis, "window_sums"),
+}
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    inner = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(None)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_eager_calls_trace_once_per_shape(op, monkeypatch, rng):
+    pool, module, name = OPS[op]
+    traces = _counting(monkeypatch, module, name)
+    x = jnp.asarray(rng.standard_normal((2, 3, 15, 15)), jnp.float32)
+    first = pool(x)
+    count = len(traces)
+    assert count >= 1
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(pool(x)[0] if isinstance(first, tuple)
+                                                 else pool(x)),
+                                      np.asarray(first[0] if isinstance(first, tuple)
+                                                 else first))
+    assert len(traces) == count, "a repeated eager call traced the op again"
+    pool(jnp.asarray(rng.standard_normal((2, 3, 16, 16)), jnp.float32))
+    assert len(traces) > count, "a new shape must get its own program"
+
+
+@pytest.mark.parametrize("op", ["avg_pool2d", "max_pool2d"])
+def test_eager_gradients_reuse_their_programs(op, monkeypatch, rng):
+    pool, module, name = OPS[op]
+    traces = _counting(monkeypatch, module, name)
+    grad = jax.grad(lambda a: jnp.sum(jnp.sin(pool(a))))
+    x = jnp.asarray(rng.standard_normal((2, 3, 15, 15)), jnp.float32)
+    expected = jax.jit(grad)(x)
+    count = len(traces)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(grad(x)), np.asarray(expected), rtol=1e-6)
+    assert len(traces) == count
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_under_jit_the_op_is_inlined(op, rng):
+    """No call to a nested program of jaxpool's in the lowered text: an outer jit sees the
+    op's own operations."""
+    pool, _, _ = OPS[op]
+    x = jax.ShapeDtypeStruct((2, 3, 15, 15), jnp.float32)
+    text = jax.jit(pool).lower(x).as_text()
+    called = set(re.findall(r"\bcall @(\w+)", text))
+    assert not called & {"_mean", "_max", "_power_mean", "_global_mean"}, called
