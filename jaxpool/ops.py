@@ -26,7 +26,8 @@ from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_poo
 Size = Union[int, Sequence[int]]
 """An int for every spatial axis, or one entry per axis (a 1-sequence is repeated)."""
 OutputSize = Union[int, None, Sequence[Union[int, None]]]
-"""Like :data:`Size`; ``None`` keeps that axis's extent."""
+"""An int for every spatial axis, or exactly one entry per axis; ``None`` keeps that
+axis's extent."""
 
 
 # --- the compiled programs: one per plan (static, hashable), shape and dtype ------------
@@ -83,7 +84,7 @@ def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
 def _static(op: str, x: ArrayLike):
     """The input as something with a static ``shape`` and ``dtype``, without converting it
     (a conversion could change the dtype before the checks see it)."""
-    getattr(_checks, "check_array", lambda op, x: None)(op, x)  # TODO(integration)
+    _checks.check_array(op, x)
     return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
 
 
@@ -618,9 +619,9 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
       >>> jaxpool.global_avg_pool(jnp.ones((8, 512, 7, 7))).shape
       (8, 512)
     """
-    x = _static("global_avg_pool", x)
-    plan = plan_global("global_avg_pool", x.shape, x.dtype, channels_last)
-    return _global_mean(plan, jnp.asarray(x))
+    array = _static("global_avg_pool", x)
+    plan = plan_global("global_avg_pool", array.shape, array.dtype, channels_last)
+    return _global_mean(plan, jnp.asarray(array))
 
 
 def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
@@ -638,9 +639,9 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
       >>> jaxpool.global_max_pool(jnp.ones((8, 512, 7, 7))).shape
       (8, 512)
     """
-    x = _static("global_max_pool", x)
-    plan = plan_global("global_max_pool", x.shape, x.dtype, channels_last)
-    return _max(plan, jnp.asarray(x), False).reshape(plan.output_shape[0], -1)
+    array = _static("global_max_pool", x)
+    plan = plan_global("global_max_pool", array.shape, array.dtype, channels_last)
+    return _max(plan, jnp.asarray(array), False).reshape(plan.output_shape[0], -1)
 
 
 avg_pool = avg_pool2d
