@@ -6,26 +6,40 @@ order.
     parity.assert_parity(jax_fn, torch_fn, x)          # raises ParityError with a diff
     parity.compare_errors(jax_fn, torch_fn, [parity.Call(x, bad=1)])
 
+    variables = parity.load_torch_weights(torch_model, flax_variables)   # or an nnx model
+    report = parity.compare_layers(torch_model, flax_model, variables, x)
+    report.first_divergence, print(report.format())
+
 Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``results``
 (``Row``, ``Report``, ``ParityError``), ``tolerances``, ``convert`` (arrays across, bit for
-bit). ``python -m parity`` runs the jaxpool pooling suite (``parity.pooling``).
+bit); for whole models ``weights`` (torch weights into Flax and back) and ``layers`` (layer
+by layer comparison). ``python -m parity`` runs the jaxpool pooling suite
+(``parity.pooling``).
 """
 
 from .compare import Call, assert_parity, compare, compare_errors
 from .convert import to_jax, to_numpy, to_torch
+from .layers import LayerRow, ModelReport, assert_model_parity, compare_layers
 from .results import ParityError, Report, Row
 from .tolerances import DEFAULT_TOLERANCES
+from .weights import load_torch_weights, to_torch_weights
 
 __all__ = [
     "Call",
     "DEFAULT_TOLERANCES",
+    "LayerRow",
+    "ModelReport",
     "ParityError",
     "Report",
     "Row",
+    "assert_model_parity",
     "assert_parity",
     "compare",
     "compare_errors",
+    "compare_layers",
+    "load_torch_weights",
     "to_jax",
     "to_numpy",
     "to_torch",
+    "to_torch_weights",
 ]

@@ -255,7 +255,8 @@ def run_torch(table: list[Check], side: TorchSide) -> tuple[dict, dict]:
     A check that fails while torch's forward mode is in use is run again through reverse
     mode: torch ops (and autograd.Functions) without forward-mode rules are common.
     """
-    out, notes = {}, {}
+    out: dict[str, list | Failed] = {}
+    notes: dict[str, str] = {}
     for c in table:
         side.used_jvp, side.forward_ad = False, True
         try:

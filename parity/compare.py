@@ -411,7 +411,7 @@ def compare_errors(jax_fn: Callable, torch_fn: Callable, cases: Sequence[Call]) 
     for case in cases:
         if not isinstance(case, Call):
             raise TypeError(f"cases must be parity.Call objects, got {type(case).__name__}")
-        outcome = {}
+        outcome: dict[str, Any] = {}  # side: the exception it raised, or None
         for side, fn, conv in (("jax", jax_fn, to_jax), ("torch", torch_fn, to_torch)):
             args, kwargs = map_arrays(conv, (case.args, case.kwargs))
             try:

@@ -155,7 +155,7 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
 
 # One representative argument set per op; it runs in every dtype and both layouts.
 # Chosen to hit the hard parts: ragged/overlapping windows, padding, ceil_mode's extra window.
-_MAIN = {
+_MAIN: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "avg_pool1d": ((2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
                                      count_include_pad=False)),
     "avg_pool2d": ((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
@@ -169,7 +169,7 @@ _MAIN = {
 
 # More argument sets for the quick grid, in float64 and channels-first (dtype and layout are
 # orthogonal to the arguments and covered by _MAIN; the full grid crosses everything).
-_EXTRA = {
+_EXTRA: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = {
     "avg_pool1d": [
         ((2, 3, 10), dict(kernel_size=4)),
         ((3, 9), dict(kernel_size=3, stride=1, padding=1)),  # unbatched, count_include_pad
@@ -205,7 +205,7 @@ _EXTRA = {
     ],
 }
 
-_NONFINITE = {
+_NONFINITE: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "avg_pool2d": ((1, 2, 6, 7), dict(kernel_size=3, stride=2, padding=1)),
     "adaptive_avg_pool2d": ((1, 2, 6, 7), dict(output_size=(4, 3))),
     "adaptive_avg_pool1d": ((2, 2, 9), dict(output_size=5)),

@@ -82,11 +82,11 @@ def render_table(results: Sequence[CaseResult], console: Console | None = None,
                 cells.append(Text("-"))
                 continue
             v, ok = _worst(res, o)
-            cells.append(Text(_fmt(v), style=None if ok else "bold red"))
+            cells.append(Text(_fmt(v), style="" if ok else "bold red"))
         if errors_only:
             n = len(res.report.rows)
             cells[0] = Text(f"{n - len(res.report.failures)}/{n}",
-                            style=None if res.ok else "bold red")
+                            style="" if res.ok else "bold red")
         result = Text("pass", style="green") if res.ok else Text("FAIL", style="bold red")
         op = c.op if c.op != previous_op else ""
         table.add_row(op, c.label, _SHORT_DTYPE.get(c.dtype, c.dtype), c.layout, *cells, result)

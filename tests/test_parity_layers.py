@@ -1,0 +1,267 @@
+"""parity.compare_layers: small networks ported from torch to Flax, clean and with one planted
+difference each; the report must name the layer where the difference was planted.
+
+Every planted difference has its clean twin, which must pass: a check that cannot pass
+proves nothing.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+import jaxpool
+import parity
+
+
+def randomise(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Random parameters and running statistics (variances positive), so that no layer
+    agrees by luck (a fresh BatchNorm is the identity in eval mode)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+            if t.is_floating_point():
+                r = torch.randn(t.shape, generator=g, dtype=t.dtype)
+                t.copy_(r.abs() + 0.5 if name.endswith("running_var") else 0.5 * r)
+    return module
+
+
+# --------------------------------------------------------------------------- a residual CNN
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + x)
+
+
+class TorchResidualNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.pool = torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False)
+        self.block = TorchBlock(8)
+        self.head = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.bn(self.stem(x))))
+        return self.fc(torch.flatten(self.head(self.block(x)), 1))
+
+
+class Block(nn.Module):
+    c: int
+    bug: str = ""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        y = nn.Conv(self.c, (3, 3), padding=1, use_bias=False)(x)
+        y = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(y)
+        return nn.relu(y + (0.5 * x if self.bug == "add" else x))
+
+
+class ResidualNet(nn.Module):
+    """The port; ``bug`` plants one difference: "conv" (the stem's padding), "bn" (an
+    epsilon), "pool" (count_include_pad), "add" (the residual connection)."""
+
+    bug: str = ""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        x = nn.Conv(8, (3, 3), padding=2 if self.bug == "conv" else 1)(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9,
+                         epsilon=1e-3 if self.bug == "bn" else 1e-5)(x)
+        x = jaxpool.linen.AvgPool2d(3, 2, 1, count_include_pad=self.bug == "pool")(nn.relu(x))
+        x = Block(8, self.bug)(x, train)
+        x = jaxpool.linen.AdaptiveAvgPool2d(1)(x)
+        return nn.Dense(5)(x.reshape(x.shape[0], -1))
+
+
+# torch module name where each difference is planted
+PLANTED = {"conv": "stem", "bn": "bn", "pool": "pool", "add": "block"}
+
+
+@pytest.fixture(scope="module")
+def residual_net():
+    return randomise(TorchResidualNet())
+
+
+def _image(dtype, shape=(2, 3, 8, 8)):
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("train", [False, True])
+def test_clean_port_agrees_layer_by_layer(residual_net, dtype, train):
+    report = parity.compare_layers(residual_net, ResidualNet(), None, _image(dtype), train=train)
+    assert report.ok, report.format()
+    outputs = [(r.torch_name, r.flax_path) for r in report.rows if r.kind == "output"]
+    assert outputs == [("stem", "Conv_0"), ("bn", "BatchNorm_0"), ("pool", "AvgPool2d_0"),
+                       ("block.conv", "Block_0/Conv_0"), ("block.bn", "Block_0/BatchNorm_0"),
+                       ("block", "Block_0"), ("head", "AdaptiveAvgPool2d_0"), ("fc", "Dense_0"),
+                       ("", "")]
+    grads = [(r.torch_name, r.flax_path) for r in report.rows if r.kind == "gradient"]
+    # backpropagation's order, through the weight mapping (a conv kernel is permuted)
+    assert grads[0] == ("fc.weight", "Dense_0/kernel") and grads[-1] == ("input", "input")
+    assert ("stem.weight", "Conv_0/kernel") in grads and len(grads) == 10
+    assert report.unpaired_torch == ["relu"] and report.unpaired_flax == []
+    assert report.dtype == np.dtype(dtype).name and report.train == train
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_planted_difference_is_the_first_divergence(residual_net, dtype, bug):
+    report = parity.compare_layers(residual_net, ResidualNet(bug), None, _image(dtype))
+    first = report.first_divergence
+    assert first is not None and first.kind == "output", report.format()
+    assert first.torch_name == PLANTED[bug], report.format()
+    i = report.rows.index(first)
+    assert all(r.ok for r in report.rows[:i])
+    if bug == "conv":
+        assert "shape (2, 8, 8, 8) (torch) vs (2, 10, 10, 8) (Flax)" in first.note
+    text = report.format()
+    assert "<- first divergence" in text and f"first divergence: output of {PLANTED[bug]}" in text
+
+
+def test_assert_model_parity_names_the_first_divergence(residual_net):
+    x = _image(np.float64)
+    report = parity.assert_model_parity(residual_net, ResidualNet(), None, x, gradients=False)
+    assert report.ok and all(r.kind == "output" for r in report.rows)
+    with pytest.raises(parity.ParityError, match=r"first divergence: output of bn \(torch\) / "
+                                                 r"BatchNorm_0 \(Flax\)"):
+        parity.assert_model_parity(residual_net, ResidualNet("bn"), None, x)
+
+
+def test_given_variables_and_report_serialisation(residual_net):
+    x = _image(np.float32)
+    variables = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
+    variables = parity.load_torch_weights(residual_net, variables)
+    report = parity.compare_layers(residual_net, ResidualNet(), variables, x)
+    assert report.ok, report.format()
+    d = report.to_dict()
+    assert d["ok"] and d["first_divergence"] is None and len(d["rows"]) == len(report.rows)
+    assert d["rows"][0]["torch_name"] == "stem" and d["rows"][0]["shape"] == [2, 8, 8, 8]
+    # variables not imported from torch: the first layer already differs
+    other = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
+    assert parity.compare_layers(residual_net, ResidualNet(), other, x).first_divergence.torch_name \
+        == "stem"
+
+
+# --------------------------------------------------------------------------- a wrong gradient only
+
+
+@jax.custom_vjp
+def _dense_wrong_kernel_grad(x, kernel, bias):
+    return x @ kernel + bias
+
+
+def _fwd(x, kernel, bias):
+    return _dense_wrong_kernel_grad(x, kernel, bias), (x, kernel)
+
+
+def _bwd(res, g):
+    x, kernel = res
+    return g @ kernel.T, 2 * x.T @ g, g.sum(0)  # the kernel's cotangent twice too large
+
+
+_dense_wrong_kernel_grad.defvjp(_fwd, _bwd)
+
+
+class WrongGradDense(nn.Module):
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        return _dense_wrong_kernel_grad(x, kernel, bias)
+
+
+class MLP(nn.Module):
+    wrong_grad: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        x = jnp.tanh(nn.Dense(6)(x))
+        return (WrongGradDense(3) if self.wrong_grad else nn.Dense(3))(x)
+
+
+def test_a_wrong_gradient_is_found_through_the_weight_mapping():
+    torch_mlp = randomise(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
+                                              torch.nn.Linear(6, 3)).double())
+    x = _image(np.float64, (5, 4))
+    assert parity.compare_layers(torch_mlp, MLP(), None, x).ok
+    report = parity.compare_layers(torch_mlp, MLP(wrong_grad=True), None, x)
+    assert all(r.ok for r in report.rows if r.kind == "output"), report.format()
+    first = report.first_divergence
+    assert (first.kind, first.torch_name, first.flax_path) == ("gradient", "2.weight",
+                                                               "WrongGradDense_0/kernel")
+    assert {r.torch_name for r in report.rows if not r.ok} == {"2.weight"}
+
+
+# --------------------------------------------------------------------------- an nnx port
+
+
+class TorchSequenceNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(3, 6, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 6)
+        self.pool = torch.nn.MaxPool1d(2)
+        self.ln = torch.nn.LayerNorm(6)
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.norm(self.conv(x))))
+        return self.fc(self.ln(x.transpose(1, 2)).mean(1))
+
+
+class SequenceNet(nnx.Module):
+    """Channels-last throughout; ``bug="norm"`` groups the GroupNorm wrongly."""
+
+    def __init__(self, bug: str = ""):
+        r = nnx.Rngs(0)
+        self.conv = nnx.Conv(3, 6, (3,), padding=[(1, 1)], rngs=r)
+        self.norm = nnx.GroupNorm(6, num_groups=3 if bug == "norm" else 2, epsilon=1e-5, rngs=r)
+        self.pool = jaxpool.nnx.MaxPool1d(2)
+        self.ln = nnx.LayerNorm(6, epsilon=1e-5, rngs=r)
+        self.fc = nnx.Linear(6, 4, rngs=r)
+
+    def __call__(self, x):
+        x = self.pool(jax.nn.relu(self.norm(self.conv(x))))
+        return self.fc(self.ln(x).mean(1))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nnx_port(dtype):
+    torch_net = randomise(TorchSequenceNet())
+    x = _image(dtype, (2, 3, 10))  # length 10 and 5 after pooling: no channel count
+    model = parity.load_torch_weights(torch_net, SequenceNet())
+    report = parity.compare_layers(torch_net, model, None, x)
+    assert report.ok, report.format()
+    assert [r.torch_name for r in report.rows if r.kind == "output"] == [
+        "conv", "norm", "pool", "ln", "fc", ""]
+    report = parity.compare_layers(torch_net, parity.load_torch_weights(torch_net, SequenceNet("norm")),
+                                   None, x)
+    assert report.first_divergence.torch_name == "norm", report.format()
+
+
+def test_bad_arguments(residual_net):
+    x = _image(np.float64)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        parity.compare_layers(ResidualNet(), ResidualNet(), None, x)
+    with pytest.raises(TypeError, match="floating-point"):
+        parity.compare_layers(residual_net, ResidualNet(), None, x.astype(np.int32))
+    with pytest.raises(ValueError, match="variables must be None for an nnx model"):
+        parity.compare_layers(TorchSequenceNet(), SequenceNet(), {"params": {}}, x)
