@@ -84,7 +84,7 @@ class AxisPlan:
 
     def windows_of_rows(self) -> tuple[tuple[int, ...], ...]:
         """For each input index, the windows that hold it (the transposed structure)."""
-        holding = [[] for _ in range(self.in_size)]
+        holding: list[list[int]] = [[] for _ in range(self.in_size)]
         for i in range(self.out_size):
             for r in self.real_rows(i):
                 holding[r].append(i)
