@@ -36,8 +36,8 @@ def avg_pool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None
     Args:
       input_shape: ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
         ``channels_last``).
-      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-        channels_last: as :func:`jaxpool.avg_pool1d`.
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, channels_last:
+        as :func:`jaxpool.avg_pool1d`.
 
     Returns:
       The output shape, same layout: L becomes
@@ -57,8 +57,8 @@ def avg_pool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = None
     Args:
       input_shape: ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
         ``channels_last``).
-      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-        channels_last: as :func:`jaxpool.avg_pool2d`.
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, channels_last:
+        as :func:`jaxpool.avg_pool2d`.
 
     Returns:
       The output shape, same layout: each of H, W becomes
@@ -78,8 +78,8 @@ def avg_pool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = None
     Args:
       input_shape: ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (channels last with
         ``channels_last``).
-      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-        channels_last: as :func:`jaxpool.avg_pool3d`.
+      kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, channels_last:
+        as :func:`jaxpool.avg_pool3d`.
 
     Returns:
       The output shape, same layout: each of D, H, W becomes

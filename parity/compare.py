@@ -142,7 +142,7 @@ def compare(
         leaf of every input).
       reference: "auto" (float64 torch reference for float16/bfloat16, direct otherwise),
         "direct" (JAX vs torch in the input dtype) or "float64" (always against float64).
-      bad_inputs: input tuples (or ``Call``s) on which both functions must raise.
+      bad_inputs: input tuples (or ``Call`` objects) on which both functions must raise.
       jit: compile the JAX side (one fused program per call); False for functions that
         cannot be traced.
       label: name shown in the report.
