@@ -21,7 +21,8 @@ import numpy as np
 from jax import lax
 
 from jaxpool.plan import PoolPlan
-from jaxpool.windows import AxisPlan, WindowFamily, is_identity, window_families
+from jaxpool.windows import (AxisPlan, WindowFamily, choose_max_strategy, is_identity,
+                             window_families)
 
 
 def index_dtype():
@@ -59,7 +60,9 @@ def _max_along(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indi
     padded = _fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)
     padded_index = (None if index is None
                     else _fit_axis(index, axis, plan.pad_lo, extent, 0))
+    tables = _DoublingTables(padded, padded_index, axis, plan, plane_stride, with_indices)
     results = [_walk(padded, padded_index, axis, plan, family, plane_stride, with_indices)
+               if choose_max_strategy(plan, family) == "walk" else tables.windows(family)
                for family in families]
     values = _interleave([v for v, _ in results], axis)
     if not with_indices:
@@ -96,13 +99,76 @@ def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
             # A window holds -inf until its first real tap, which it keeps whatever it is
             # (as torch starts its walk there); padding (-inf) never replaces anything.
             best, winner = jnp.full_like(tap, -jnp.inf), candidate
-        keep = (tap > best) | jnp.isnan(tap)
+        keep = _replaces(tap, best)
         if first.any():
             keep = keep | _along(first, axis, ndim)
         best = lax.select(keep, tap, best)
         if with_indices:
             winner = jnp.where(keep, candidate, winner)
     return best, winner
+
+
+def _replaces(right, left):
+    """torch's rule: a later element replaces the winner so far when it is greater or NaN.
+    Applied to the winners of two adjacent spans it picks the winner of their union, so
+    spans may be combined in any grouping, left before right."""
+    return (right > left) | jnp.isnan(right)
+
+
+class _DoublingTables:
+    """Level ``k`` holds, at each position ``p`` of the padded axis, the winner of the
+    ``2**k`` taps ``p, p + dilation, ...`` (and its index): level ``k`` combines two
+    shifted slices of level ``k - 1``. Built once per axis, as deep as a family needs."""
+
+    def __init__(self, padded, padded_index, axis: int, plan: AxisPlan, plane_stride: int,
+                 with_indices: bool):
+        self.axis, self.dilation = axis, plan.dilation
+        index = None
+        if with_indices:
+            coords = np.arange(padded.shape[axis]) - plan.pad_lo
+            index = _along(coords * plane_stride, axis, padded.ndim)
+            if padded_index is not None:
+                index = padded_index + index
+        self.values, self.indices = [padded], [index]
+
+    def _level(self, k: int):
+        while len(self.values) <= k:
+            shift = (1 << (len(self.values) - 1)) * self.dilation
+            values, index = self.values[-1], self.indices[-1]
+            size = values.shape[self.axis] - shift
+            left = lax.slice_in_dim(values, 0, size, axis=self.axis)
+            right = lax.slice_in_dim(values, shift, shift + size, axis=self.axis)
+            keep = _replaces(right, left)
+            self.values.append(lax.select(keep, right, left))
+            if index is not None:
+                index = jnp.where(keep, lax.slice_in_dim(index, shift, shift + size,
+                                                         axis=self.axis),
+                                  lax.slice_in_dim(index, 0, size, axis=self.axis))
+            self.indices.append(index)
+        return self.values[k], self.indices[k]
+
+    def windows(self, family: WindowFamily):
+        """Each window of ``family`` as the spans of 2**k taps that tile it, largest first."""
+        best = winner = None
+        offset = 0
+        for k in reversed(range(family.taps.bit_length())):
+            if not family.taps >> k & 1:
+                continue
+            values, index = self._level(k)
+            start = family.start + offset * self.dilation
+            stop = start + (family.count - 1) * family.step + 1
+            span = lax.slice_in_dim(values, start, stop, family.step, self.axis)
+            span_index = (None if index is None
+                          else lax.slice_in_dim(index, start, stop, family.step, self.axis))
+            if best is None:
+                best, winner = span, span_index
+            else:
+                keep = _replaces(span, best)
+                best = lax.select(keep, span, best)
+                if winner is not None:
+                    winner = jnp.where(keep, span_index, winner)
+            offset += 1 << k
+        return best, winner
 
 
 def _interleave(parts: list, axis: int):

@@ -75,9 +75,11 @@ TORCH = {
 }
 
 
-# Max and LP pooling: one case per way an axis is walked (one family of windows, with
-# padding, dilation and ceil-mode overhang; several interleaved families for ragged
-# adaptive windows; identity axes; channels-last; global), and LP's two forms.
+# Max and LP pooling: one case per way an axis is reduced (a walk over one family of
+# windows, with padding, dilation and ceil-mode overhang; several interleaved families for
+# ragged adaptive windows; identity axes; channels-last; global; doubling spans for long
+# windows, and the walk for long windows that reach into the left padding), and LP's two
+# forms.
 MAX_CASES = {
     "max family padded": (lambda x: jaxpool.max_pool2d(x, 3, 2, 1), (2, 3, 11, 10)),
     "max family dilated ceil": (lambda x: jaxpool.max_pool2d(x, (3, 2), 2, 1, (2, 3), True),
@@ -89,6 +91,9 @@ MAX_CASES = {
                              (2, 4, 6, 4, 3)),
     "max 1d unbatched": (lambda x: jaxpool.max_pool1d(x, 4, 3, 2, ceil_mode=True), (3, 17)),
     "global max": (lambda x: jaxpool.global_max_pool(x), (2, 3, 5, 7)),
+    "max doubling": (lambda x: jaxpool.adaptive_max_pool2d(x, (2, 1)), (2, 3, 40, 19)),
+    "max long window padded": (lambda x: jaxpool.max_pool1d(x, 20, 3, 10, ceil_mode=True),
+                               (2, 3, 45)),
     "lp": (lambda x: jaxpool.lp_pool2d(x, 3, 3, 2, ceil_mode=True), (2, 3, 11, 10)),
     "lp inf": (lambda x: jaxpool.lp_pool1d(x, float("inf"), 3), (2, 3, 13)),
 }
@@ -102,6 +107,8 @@ MAX_TORCH = {
         lambda t: F.max_pool3d(t.permute(0, 4, 1, 2, 3), 2).permute(0, 2, 3, 4, 1),
     "max 1d unbatched": lambda t: F.max_pool1d(t, 4, 3, 2, ceil_mode=True),
     "global max": lambda t: t.amax(dim=(2, 3)),
+    "max doubling": lambda t: F.adaptive_max_pool2d(t, (2, 1)),
+    "max long window padded": lambda t: F.max_pool1d(t, 20, 3, 10, ceil_mode=True),
     "lp": lambda t: F.lp_pool2d(t, 3, 3, 2, ceil_mode=True),
     "lp inf": lambda t: F.lp_pool1d(t, float("inf"), 3),
 }

@@ -52,12 +52,15 @@ def _max_grid(ndim):
 
 
 SHAPES = {1: (2, 3, 13), 2: (2, 3, 9, 10), 3: (1, 2, 7, 6, 8)}
-MAX_CASES = [(d, args) for d in (1, 2, 3) for args in _max_grid(d)]
+MAX_CASES = [(d, args) for d in (1, 2, 3) for args in _max_grid(d)] + [
+    (1, dict(kernel_size=20, stride=3, padding=10, ceil_mode=True)),     # long, padded
+    (1, dict(kernel_size=17, stride=1, dilation=2, ceil_mode=True))]      # long, dilated
 ADAPTIVE_CASES = [(1, (2, 3, 15), 4), (1, (3, 7), 9), (1, (2, 3, 12), 1),
                   (2, (2, 3, 15, 15), 4), (2, (2, 3, 7, 7), 1), (2, (2, 3, 5, 7), (3, None)),
                   (2, (1, 2, 3, 5), (7, 8)), (2, (2, 3, 56, 56), 7), (2, (0, 3, 5, 5), 2),
                   (2, (3, 10, 11), (3, 4)), (3, (1, 2, 6, 7, 8), (3, 4, 5)),
-                  (3, (1, 2, 4, 4, 4), 1)]
+                  (3, (1, 2, 4, 4, 4), 1), (2, (2, 3, 40, 19), (2, 1)), (1, (1, 2, 100), 3),
+                  (2, (1, 2, 1000, 3), (37, 3))]
 
 
 def _check(jax_fn, torch_fn, x, ndim, channels_last, rng, with_indices=True):
@@ -86,7 +89,7 @@ def _check(jax_fn, torch_fn, x, ndim, channels_last, rng, with_indices=True):
 @pytest.mark.parametrize("kind", ["normal", "relu", "integers", "non-finite"])
 @pytest.mark.parametrize("ndim,args", MAX_CASES, ids=[f"{d}d-{a}" for d, a in MAX_CASES])
 def test_max_pool_matches_torch(ndim, args, kind, rng):
-    x = _inputs(SHAPES[ndim], rng)[kind]
+    x = _inputs(SHAPES[ndim] if args["kernel_size"] < 17 else (2, 3, 45), rng)[kind]
     channels_last = bool(rng.integers(2))
     _check(lambda a: MAX[ndim](a, **args, return_indices=True, channels_last=channels_last),
            lambda t: TORCH_MAX[ndim](t, **args, return_indices=True), x, ndim,
