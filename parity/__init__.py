@@ -1,5 +1,5 @@
 """parity: check that JAX code agrees with torch code, in value and in derivatives of every
-order.
+order::
 
     report = parity.compare(jax_fn, torch_fn, x, orders=3)
     report.ok, report.rows
