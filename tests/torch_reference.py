@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
+from parity.pooling.ops import OPS
 
 AVG = {1: jaxpool.avg_pool1d, 2: jaxpool.avg_pool2d, 3: jaxpool.avg_pool3d}
 ADAPTIVE = {1: jaxpool.adaptive_avg_pool1d, 2: jaxpool.adaptive_avg_pool2d,
@@ -25,21 +26,11 @@ def to_channels_last(a: np.ndarray, ndim: int) -> np.ndarray:
 
 def torch_avg_pool(x: torch.Tensor, ndim: int, kernel_size, stride=None, padding=0,
                    ceil_mode=False, count_include_pad=True, divisor_override=None):
-    if ndim == 1 and divisor_override is not None:
-        # torch's avg_pool1d has no divisor_override: pool a [.., 1, L] view in 2d.
-        pair = lambda v: (1, v if not isinstance(v, tuple) else v[0])
-        return F.avg_pool2d(x.unsqueeze(-2), pair(kernel_size),
-                            None if stride is None else pair(stride), (0, _first(padding)),
-                            ceil_mode, count_include_pad, divisor_override).squeeze(-2)
-    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding,
-                  ceil_mode=ceil_mode, count_include_pad=count_include_pad)
-    if ndim > 1:
-        kwargs["divisor_override"] = divisor_override
-    return TORCH_AVG[ndim](x, **kwargs)
-
-
-def _first(v):
-    return v[0] if isinstance(v, tuple) else v
+    """torch's avg_pool (the 1d op pooled as 2d where it needs ``divisor_override``)."""
+    build = OPS[f"avg_pool{ndim}d"].torch
+    return build(dict(kernel_size=kernel_size, stride=stride, padding=padding,
+                      ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                      divisor_override=divisor_override))(x)
 
 
 def torch_global(x: torch.Tensor):
