@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .checks import short_exc
 from .convert import TORCH_DTYPES, output_leaves, to_jax, to_numpy, to_torch, x64
 from .results import ParityError, fmt
 from .tolerances import Diff, is_float, tolerance
@@ -128,7 +129,7 @@ class ModelReport:
                               ("shape", "left"), ("max abs err", "right"),
                               ("max rel err", "right"), ("tolerance", "right"),
                               ("result", "left")):
-            table.add_column(name, justify=justify, no_wrap=name != "flax")
+            table.add_column(name, justify=justify, no_wrap=True)
         kind = None
         for r in self.rows:
             if r.kind == "gradient" and not gradients and r is not first and r.ok:
@@ -137,7 +138,7 @@ class ModelReport:
                 table.add_section()
             kind = r.kind
             result = (Text("ok", style="green") if r.ok else
-                      Text("FAIL  <- first divergence" if r is first else "FAIL",
+                      Text("FAIL <- first divergence" if r is first else "FAIL",
                            style="bold red"))
             table.add_row("out" if r.kind == "output" else "grad", r.torch_name or "(model)",
                           r.flax_path or "(model)", "x".join(map(str, r.shape)) or "scalar",
@@ -153,24 +154,34 @@ class ModelReport:
         n_grad = len(self.rows) - n_out
         first = self.first_divergence
         if first is None:
+            worst = {k: _worst_share(r for r in self.rows if r.kind == k)
+                     for k in ("output", "gradient")}
             return (f"PASS: {n_out} layer outputs and {n_grad} gradients agree with torch "
-                    f"({self.dtype}, {'train' if self.train else 'eval'} mode)")
+                    f"({self.dtype}, {'train' if self.train else 'eval'} mode; worst error / "
+                    f"tolerance {worst['output']:.1e} and {worst['gradient']:.1e})")
         n_fail = sum(not r.ok for r in self.rows)
         return (f"FAIL: {n_fail} of {len(self.rows)} rows disagree; first divergence: "
                 f"{first.kind} of {first.torch_name or '(model)'} (torch) / "
-                f"{first.flax_path or '(model)'} (Flax)"
-                + (f": {first.note}" if first.note else ""))
+                f"{first.flax_path or '(model)'} (Flax)")
 
-    def format(self, gradients: bool = True, width: int = 140) -> str:
-        """The table as plain text, then the first divergence's detail and a summary line.
-        ``gradients=False`` leaves out the gradient rows that pass."""
+    def format(self, gradients: bool = True, width: int = 200) -> str:
+        """The table as plain text (as wide as it needs, up to ``width``), then what the first
+        divergence is and a summary line. ``gradients=False`` leaves out the gradient rows
+        that pass."""
         from rich.console import Console
 
         console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
         console.print(self.table(gradients))
+        hidden = [r for r in self.rows if r.kind == "gradient" and r.ok]
+        if not gradients and hidden:
+            console.print(f"{len(hidden)} gradient rows pass and are not shown (worst error / "
+                          f"tolerance {_worst_share(hidden):.1e})", markup=False, highlight=False)
         first = self.first_divergence
-        if first is not None and first.detail:
-            console.print(f"first divergence: {first.detail}", markup=False, highlight=False)
+        notes = [] if first is None else [first.note, first.detail]
+        notes += [r.note for r in self.rows if r.torch_name == "" and r.note and r is not first]
+        for note in filter(None, notes):
+            console.print(("first divergence: " if note in (first.note, first.detail) else "")
+                          + note, markup=False, highlight=False)
         console.print(self.summary(), markup=False, highlight=False)
         return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
@@ -181,6 +192,11 @@ class ModelReport:
         if not self.ok:
             raise ParityError(self.summary() + "\n" + self.format(gradients=False))
         return self
+
+
+def _worst_share(rows) -> float:
+    """The largest abs_err / tolerance: how close the closest row came to failing."""
+    return max((r.abs_err / r.tol if r.tol > 0 else 0.0 for r in rows), default=0.0)
 
 
 # --------------------------------------------------------------------------- layouts
@@ -214,11 +230,13 @@ def _leaf_arrays(y) -> list[tuple[str, np.ndarray]]:
 @dataclasses.dataclass
 class _Run:
     """One side's run: per module call (path, type name, [(leaf path, array)]) in order,
-    the model's output leaves, and gradients (parameters by name, and the input)."""
+    and gradients (parameters by name, and the input); ``error`` if the model raised (the
+    records then stop where it did)."""
 
     records: list[tuple[str, str, list]]
     grads: dict[str, np.ndarray]
     input_grad: np.ndarray | None
+    error: str | None = None
 
 
 def _run_torch(model: torch.nn.Module, x: np.ndarray, weights_fn: Callable, gradients: bool):
@@ -256,12 +274,12 @@ def _float_leaves(y) -> list:
 def _run_linen(model, variables, x, ws, train, kwargs, gradients):
     import flax.linen as nn
 
-    names: list[tuple[str, str]] = []
+    records: list = []
     params = variables["params"]
     rest = {k: v for k, v in variables.items() if k != "params"}
 
     def forward(params, x):
-        records = []
+        records.clear()
 
         def interceptor(next_fun, args, kw, context):
             out = next_fun(*args, **kw)
@@ -276,30 +294,40 @@ def _run_linen(model, variables, x, ws, train, kwargs, gradients):
                                    **kwargs)
             else:
                 y = model.apply({**rest, "params": params}, x, **kwargs)
-        names[:] = [(p, t) for p, t, _ in records]
         return _loss(_float_leaves(y), ws), [out for _, _, out in records]
 
     def grad_names(g_params):
         flat, _ = jax.tree_util.tree_flatten_with_path(g_params)
         return {"/".join(str(k.key) for k in path): a for path, a in flat}
 
-    return _differentiate(forward, params, x, names, gradients, grad_names)
+    return _differentiate(forward, params, x, records, gradients, grad_names)
 
 
-def _differentiate(forward, params, x, names, gradients, grad_names) -> _Run:
+def _differentiate(forward, params, x, records, gradients, grad_names) -> _Run:
     """Run ``forward(params, x) -> (loss, module outputs)`` compiled, with the gradients of
-    the loss when asked (``grad_names`` names the parameters' gradients); ``names`` holds
-    (path, type) of each module output once traced."""
-    if gradients:
-        fn = jax.jit(jax.value_and_grad(forward, argnums=(0, 1), has_aux=True))
-        (_, outs), (g_params, g_x) = fn(params, x)
-        grads = {k: np.asarray(a) for k, a in grad_names(g_params).items()}
-        g_x = np.asarray(g_x)
-    else:
-        _, outs = jax.jit(forward)(params, x)
-        grads, g_x = {}, None
-    records = [(p, t, _leaf_arrays(o)) for (p, t), o in zip(names, outs)]
-    return _Run(records, grads, g_x)
+    the loss when asked (``grad_names`` names the parameters' gradients). ``forward``
+    appends (path, type, output) to ``records`` as modules return.
+
+    A port that fails to run (a wrong padding breaks a residual add) runs again eagerly,
+    without gradients, so that the records show every layer up to the failure.
+    """
+    try:
+        if gradients:
+            fn = jax.jit(jax.value_and_grad(forward, argnums=(0, 1), has_aux=True))
+            (_, outs), (g_params, g_x) = fn(params, x)
+            grads = {k: np.asarray(a) for k, a in grad_names(g_params).items()}
+            g_x = np.asarray(g_x)
+        else:
+            _, outs = jax.jit(forward)(params, x)
+            grads, g_x = {}, None
+        return _Run([(p, t, _leaf_arrays(o)) for (p, t, _), o in zip(records, outs)], grads, g_x)
+    except Exception as e:  # noqa: BLE001 - reported as a row
+        error = short_exc(e)
+    try:
+        forward(params, x)
+    except Exception:  # noqa: BLE001 - the same failure, now with concrete records
+        pass
+    return _Run([(p, t, _leaf_arrays(o)) for p, t, o in records], {}, None, error)
 
 
 @contextlib.contextmanager
@@ -344,21 +372,20 @@ def _run_nnx(model, x, ws, train, gradients):
     model = nnx.clone(model)
     model.train() if train else model.eval()
     graphdef, state = nnx.split(model)
-    names: list[tuple[str, str]] = []
+    records: list = []
     param_names = [n for n, _ in _nnx_params(model)]
 
     def forward(param_values, x):
         m = _fresh_merge(graphdef, state)
         for (_, var), value in zip(_nnx_params(m), param_values):
             set_value(var, value)
-        records = []
+        records.clear()
         with _recording_nnx_calls(m, records):
             y = m(x)
-        names[:] = [(p, t) for p, t, _ in records]
         return _loss(_float_leaves(y), ws), [out for _, _, out in records]
 
     values = [get_value(var) for _, var in _nnx_params(model)]
-    return _differentiate(forward, values, x, names, gradients,
+    return _differentiate(forward, values, x, records, gradients,
                           lambda g_params: dict(zip(param_names, g_params)))
 
 
@@ -485,18 +512,39 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
             return drawn
 
         t_run = _run_torch(t_model, x, torch_weights, gradients)
-        f_out = (_eval_shape_nnx(target, x_flax, train) if nnx_model else
-                 _eval_shape_linen(flax_model, target, x_flax, train, kwargs))
-        f_shapes = [tuple(a.shape) for a in f_out]
-        ws = [_in_flax_layout(w, s, channels_last) for w, s in zip(drawn, f_shapes)]
-        if len(ws) != len(f_shapes) or any(w is None for w in ws):
-            ws = [np.zeros(s, dtype) for s in f_shapes]  # the output row will say why
+        ws = _flax_loss_weights(drawn, flax_model, target, x_flax, train, kwargs, channels_last)
         if nnx_model:
             f_run = _run_nnx(target, x_flax, ws, train, gradients)
         else:
             f_run = _run_linen(flax_model, target, x_flax, ws, train, kwargs, gradients)
 
     pairs, unpaired_torch, unpaired_flax = _pair_records(t_run, f_run, weights, name_map)
+    rows = _output_rows(pairs, dtype, channels_last, rtol, atol)
+    if f_run.error:  # the port stopped: its last rows are where
+        unpaired_torch.remove("")
+        rows.append(LayerRow("output", "", "", (), math.nan, math.nan, math.nan, False,
+                             f"the Flax model raised {f_run.error}"))
+    elif gradients:
+        rows += _gradient_rows(t_run, f_run, weights, dtype, channels_last, rtol, atol)
+    return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax)
+
+
+def _flax_loss_weights(drawn, flax_model, target, x, train, kwargs, channels_last):
+    """The loss's random weights in the Flax output's layout (zeros where the shapes do not
+    fit: the output row says why; none if the port does not run)."""
+    try:
+        out = (_eval_shape_nnx(target, x, train) if is_nnx_module(target) else
+               _eval_shape_linen(flax_model, target, x, train, kwargs))
+    except Exception:  # noqa: BLE001 - the run will fail the same way and say where
+        return []
+    shapes = [tuple(a.shape) for a in out]
+    ws = [_in_flax_layout(w, s, channels_last) for w, s in zip(drawn, shapes)]
+    if len(ws) != len(shapes) or any(w is None for w in ws):
+        ws = [np.zeros(s, w.dtype) for s, w in zip(shapes, drawn)]
+    return ws
+
+
+def _output_rows(pairs, dtype, channels_last, rtol, atol) -> list[LayerRow]:
     rows = []
     for (t_name, _, t_leaves), (f_path, _, f_leaves) in pairs:
         if len(t_leaves) != len(f_leaves):
@@ -506,20 +554,26 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         for (leaf, t), (_, j) in zip(t_leaves, f_leaves):
             rows.append(_row("output", t_name + leaf, f_path + leaf, t, j, dtype, 0,
                              channels_last, rtol, atol))
-    if gradients:
-        for pair in reversed(weights.pairs):  # the order backpropagation reaches them
-            for t_name, f_name in pair.tensors():
-                full = pair.torch.full_name(t_name)
-                if full not in t_run.grads:
-                    continue  # a buffer
-                t = pair.rule.convert(t_name, t_run.grads[full], "flax")
-                f_path = f"{pair.flax.path}/{f_name}".lstrip("/")
-                rows.append(_row("gradient", full, f_path, t, f_run.grads[f_path], dtype, 1,
-                                 False, rtol, atol))
-                rows[-1].shape = tuple(t_run.grads[full].shape)
-        rows.append(_row("gradient", "input", "input", t_run.input_grad, f_run.input_grad,
-                         dtype, 1, channels_last, rtol, atol))
-    return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax)
+    return rows
+
+
+def _gradient_rows(t_run, f_run, weights, dtype, channels_last, rtol, atol) -> list[LayerRow]:
+    """Every parameter's gradient through the weight mapping, in the order backpropagation
+    reaches them, then the input's."""
+    rows = []
+    for pair in reversed(weights.pairs):
+        for t_name, f_name in pair.tensors():
+            full = pair.torch.full_name(t_name)
+            if full not in t_run.grads:
+                continue  # a buffer
+            t = pair.rule.convert(t_name, t_run.grads[full], "flax")
+            f_path = f"{pair.flax.path}/{f_name}".lstrip("/")
+            rows.append(_row("gradient", full, f_path, t, f_run.grads[f_path], dtype, 1,
+                             False, rtol, atol))
+            rows[-1].shape = tuple(t_run.grads[full].shape)
+    rows.append(_row("gradient", "input", "input", t_run.input_grad, f_run.input_grad,
+                     dtype, 1, channels_last, rtol, atol))
+    return rows
 
 
 def assert_model_parity(torch_module, flax_model, variables, x, **kwargs) -> ModelReport:
@@ -548,7 +602,10 @@ def _linen_call_order(model, variables, x, kwargs) -> list[str]:
         return next_fun(*args, **kw)
 
     with nn.intercept_methods(interceptor):
-        jax.eval_shape(lambda v, x: model.apply(v, x, **kwargs, mutable=True), variables, x)
+        try:
+            jax.eval_shape(lambda v, x: model.apply(v, x, **kwargs, mutable=True), variables, x)
+        except Exception:  # noqa: BLE001 - a port that fails to run: the order up to there
+            pass
     return order
 
 
