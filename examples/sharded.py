@@ -133,6 +133,20 @@ CASES = (
     ("adaptive_avg_pool3d 5,6,7->3,4,7", jaxpool.adaptive_avg_pool3d, (16, 16, 5, 6, 7),
      dict(output_size=(3, 4, None))),
     ("global_avg_pool", jaxpool.global_avg_pool, (16, 16, 7, 7), {}),
+    ("max_pool1d k3 s2 p1", jaxpool.max_pool1d, (16, 16, 20), dict(kernel_size=3, stride=2, padding=1)),
+    ("max_pool2d k3 s2 p1 (ResNet stem)", jaxpool.max_pool2d, (16, 16, 12, 12),
+     dict(kernel_size=3, stride=2, padding=1)),
+    ("max_pool3d k2 dilated ceil", jaxpool.max_pool3d, (16, 16, 7, 7, 7),
+     dict(kernel_size=2, stride=2, dilation=2, ceil_mode=True)),
+    ("adaptive_max_pool1d 10->4 (ragged)", jaxpool.adaptive_max_pool1d, (16, 16, 10), dict(output_size=4)),
+    ("adaptive_max_pool2d 7->4 (ragged)", jaxpool.adaptive_max_pool2d, (16, 16, 7, 7), dict(output_size=4)),
+    ("adaptive_max_pool3d 5,6,40->3,1,2 (long windows)", jaxpool.adaptive_max_pool3d,
+     (16, 16, 5, 6, 40), dict(output_size=(3, 1, 2))),
+    ("global_max_pool", jaxpool.global_max_pool, (16, 16, 7, 7), {}),
+    ("lp_pool1d p2 k3 s2", jaxpool.lp_pool1d, (16, 16, 20), dict(norm_type=2, kernel_size=3, stride=2)),
+    ("lp_pool2d p3 k2", jaxpool.lp_pool2d, (16, 16, 12, 12), dict(norm_type=3, kernel_size=2)),
+    ("lp_pool3d p1.5 k2 ceil", jaxpool.lp_pool3d, (16, 16, 5, 5, 5),
+     dict(norm_type=1.5, kernel_size=2, ceil_mode=True)),
 )
 
 
@@ -174,7 +188,7 @@ def collective_check(mesh) -> dict:
         else:
             in_axis = _channel_axis(x.ndim, channels_last)
             out_axis_of = (lambda cl: lambda n: _channel_axis(n, cl))(channels_last)
-            if op is jaxpool.global_avg_pool:  # [B, C] either way
+            if op in (jaxpool.global_avg_pool, jaxpool.global_max_pool):  # [B, C] either way
                 out_axis_of = lambda n: 1  # noqa: E731
         fwd, bwd = compile_pair(mesh, fn, x, in_axis, out_axis_of)
         rows.append({"op": op.__name__, "case": label,
