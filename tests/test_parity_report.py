@@ -1,5 +1,6 @@
 """The pooling suite, its report and the ``python -m parity`` command."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -100,6 +101,67 @@ def test_suite_catches_planted_jaxpool_bugs(monkeypatch):
     assert not res.ok and res.report.first_failing_order == 1
 
 
+def test_max_inputs_have_no_ties_unless_the_case_is_about_ties():
+    """Derivatives of a max agree only away from ties; values and indices are checked on
+    inputs full of them."""
+    for dtype in suite.DTYPES:
+        for op in ("max_pool3d", "adaptive_max_pool1d", "global_max_pool"):
+            x = _case(op, dtype).inputs()
+            assert np.unique(x).size == x.size, (op, dtype)
+    ties = [c for c in suite.quick_cases(["max_pool2d", "adaptive_max_pool3d"])
+            if isinstance(c, suite.Case) and "ties" in c.special]
+    assert len(ties) == 4 and all(c.orders == 0 for c in ties)
+    assert {c.layout for c in ties} == {"first", "last"}
+    for c in ties:
+        x = c.inputs()
+        assert np.unique(x).size < x.size / 2, c.key
+    # an odd LP norm: positive inputs for the derivatives, signed ones for the values only
+    assert (_case("lp_pool2d").inputs() > 0).all()
+    signed = [c for c in suite.quick_cases(["lp_pool1d"], ["float64"])
+              if isinstance(c, suite.Case) and c.special == "negative sums"]
+    assert signed and (signed[0].inputs() < 0).any() and signed[0].orders == 0
+
+
+def _max_pool2d_last_of_ties(x, *args, channels_last=False, **kwargs):
+    """Picks the last of equal elements where torch picks the first: pools the input
+    flipped in H and W (the same windows, for symmetric arguments) and maps the indices
+    back. Channels-first."""
+    h, w = x.shape[-2:]
+    values, indices = _max_pool2d(x[..., ::-1, ::-1], *args, **kwargs)
+    rows, cols = indices // w, indices % w
+    flipped = (h - 1 - rows) * w + (w - 1 - cols)
+    return values[..., ::-1, ::-1], flipped[..., ::-1, ::-1]
+
+
+def _max_pool2d_indices_off_by_one(x, *args, **kwargs):
+    values, indices = _max_pool2d(x, *args, **kwargs)
+    return values, indices.at[..., 0].add(1)
+
+
+_max_pool2d = jaxpool.max_pool2d
+
+
+def test_suite_catches_planted_max_pool_bugs(monkeypatch):
+    relu_ties = next(c for c in suite.quick_cases(["max_pool2d"], ["float64"])
+                     if isinstance(c, suite.Case) and c.special == "relu ties")
+    # the same symmetric windows, channels-first, on distinct and on integer inputs
+    distinct = dataclasses.replace(relu_ties, special="", orders=1)
+    integer_ties = dataclasses.replace(relu_ties, special="integer ties")
+    for case in (distinct, relu_ties, integer_ties):
+        assert suite.run_case(case).ok, case.key
+
+    monkeypatch.setattr(jaxpool, "max_pool2d", _max_pool2d_last_of_ties)
+    assert suite.run_case(distinct).ok  # no ties: the same element wins
+    for case in (relu_ties, integer_ties):
+        res = suite.run_case(case)
+        assert [r.name for r in res.report.failures] == ["value output[1]"]  # the indices
+
+    monkeypatch.setattr(jaxpool, "max_pool2d", _max_pool2d_indices_off_by_one)
+    res = suite.run_case(distinct)
+    assert [r.name for r in res.report.failures] == ["value output[1]"]
+    assert res.report.failures[0].tol == 0.0
+
+
 def test_report_formats():
     results = [suite.run_case(_case("global_avg_pool")),
                suite.run_case(suite.error_cases("global_avg_pool"))]
@@ -139,7 +201,7 @@ def test_cli_exit_status_is_1_on_failure(monkeypatch, capsys):
 
 
 def test_cli_rejects_bad_arguments(capsys):
-    for argv in (["--op", "max_pool2d"], ["--dtype", "float8"], ["--quick", "--full"],
+    for argv in (["--op", "fractional_max_pool2d"], ["--dtype", "float8"], ["--quick", "--full"],
                  ["--orders", "-1"]):
         with pytest.raises(SystemExit) as info:
             main(argv)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..compare import Call, compare, compare_errors
 from ..results import Report
-from .ops import OPS, jax_counterpart, torch_counterpart, torch_error_fn
+from .ops import MAX_KINDS, OPS, jax_counterpart, torch_counterpart, torch_error_fn
 
 __all__ = [
     "OPS",
@@ -49,7 +49,10 @@ class Case:
     dtype: str = "float64"
     channels_last: bool = False
     orders: int = 3
-    special: str = ""  # "nonfinite": inf, -inf and nan planted in the input (values only)
+    # "nonfinite": inf, -inf and nan planted in the input; "relu ties" / "integer ties":
+    # inputs full of equal elements (max(x, 0), small integers); "negative sums": signed
+    # inputs to an odd LP norm. Values (and indices) only.
+    special: str = ""
 
     @property
     def ndim(self) -> int:
@@ -63,13 +66,15 @@ class Case:
     def label(self) -> str:
         """Arguments and input shape, e.g. ``[2,3,7,9] k=3 s=2 p=1 ceil``."""
         short = {"kernel_size": "k", "stride": "s", "padding": "p", "output_size": "out",
-                 "divisor_override": "div"}
+                 "divisor_override": "div", "dilation": "d", "norm_type": "norm"}
         parts = ["[" + ",".join(map(str, self.shape)) + "]"]
         for k, v in self.kwargs:
             if k == "ceil_mode":
                 parts.append("ceil" if v else "floor")
             elif k == "count_include_pad":
                 parts.append("pad-counted" if v else "pad-excluded")
+            elif k == "return_indices":
+                parts.append("indices" if v else "no-indices")
             else:
                 v = "x".join("-" if e is None else str(e) for e in v) if isinstance(v, tuple) else v
                 parts.append(f"{short.get(k, k)}={v}")
@@ -87,9 +92,29 @@ class Case:
 
     def inputs(self) -> np.ndarray:
         """Input array in the case's layout and dtype: drawn in the channels-first shape
-        (from a seed fixed by the case), then transposed for channels-last."""
+        (from a seed fixed by the case), then transposed for channels-last.
+
+        Max pooling's derivatives agree only away from ties (at a tie each side may pick
+        another element), so its inputs are distinct multiples of 1/16, exact in every
+        dtype, unless the case is about ties."""
         rng = np.random.default_rng(self.seed)
-        x = rng.standard_normal(self.shape)
+        n = int(np.prod(self.shape))
+        if self.special == "relu ties":  # mostly zeros: whole windows of them tie
+            x = np.maximum(rng.standard_normal(self.shape) - 1.0, 0.0)
+        elif self.special == "integer ties":
+            x = rng.integers(-2, 3, self.shape).astype(np.float64)
+        elif OPS[self.op].kind in MAX_KINDS:
+            # |k| / 16 <= 16 is exact in bfloat16's 8 bits: distinct in every dtype.
+            assert n <= 512, f"{self.key}: too many elements for distinct bfloat16 values"
+            x = (rng.permutation(n) - n // 2).reshape(self.shape) / 16
+        else:
+            x = rng.standard_normal(self.shape)
+            norm = dict(self.kwargs).get("norm_type", 2)
+            if self.special != "negative sums" and norm not in (1, 2):
+                # torch's LP pool takes the p-th root of the window's sum of x^p: nan where
+                # that sum is negative (odd p) or x < 0 (fractional p). Positive inputs
+                # keep the derivative checks on the function, not on nan propagation.
+                x = np.abs(x)
         if self.special == "nonfinite":
             flat = x.reshape(-1)
             idx = rng.choice(flat.size, size=min(3, flat.size), replace=False)
@@ -165,6 +190,20 @@ _MAIN: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "adaptive_avg_pool2d": ((2, 3, 7, 9), dict(output_size=(4, 5))),
     "adaptive_avg_pool3d": ((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2))),
     "global_avg_pool": ((2, 3, 5, 7), dict()),
+    "max_pool1d": ((2, 3, 11), dict(kernel_size=3, stride=2, padding=2, dilation=2,
+                                     ceil_mode=True, return_indices=True)),
+    "max_pool2d": ((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
+                                       ceil_mode=True, return_indices=True)),
+    "max_pool3d": ((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                          return_indices=True)),
+    "adaptive_max_pool1d": ((2, 3, 15), dict(output_size=4, return_indices=True)),
+    "adaptive_max_pool2d": ((2, 3, 7, 9), dict(output_size=(4, 5), return_indices=True)),
+    "adaptive_max_pool3d": ((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2), return_indices=True)),
+    "lp_pool1d": ((2, 3, 11), dict(norm_type=2, kernel_size=3, stride=2, ceil_mode=True)),
+    "lp_pool2d": ((2, 3, 7, 9), dict(norm_type=3, kernel_size=(3, 2), stride=(2, 1))),
+    "lp_pool3d": ((1, 2, 5, 6, 7), dict(norm_type=1, kernel_size=2, stride=(2, 1, 2),
+                                         ceil_mode=True)),
+    "global_max_pool": ((2, 3, 5, 7), dict()),
 }
 
 # More argument sets for the quick grid, in float64 and channels-first (dtype and layout are
@@ -203,12 +242,87 @@ _EXTRA: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = {
         ((1, 4, 1, 1), dict()),
         ((3, 2, 6, 1), dict()),
     ],
+    "max_pool1d": [
+        ((2, 3, 10), dict(kernel_size=4)),  # values only: no indices asked for
+        ((3, 9), dict(kernel_size=2, stride=1, padding=1, return_indices=True)),  # unbatched
+        ((2, 2, 12), dict(kernel_size=3, dilation=3, ceil_mode=True, return_indices=True)),
+    ],
+    "max_pool2d": [
+        ((2, 3, 8, 8), dict(kernel_size=2)),
+        ((1, 2, 9, 7), dict(kernel_size=3, stride=2, padding=1, dilation=(2, 1),
+                            return_indices=True)),
+        ((3, 7, 6), dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True,
+                         return_indices=True)),  # unbatched
+    ],
+    "max_pool3d": [
+        ((1, 2, 4, 5, 6), dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(1, 1, 0),
+                               dilation=(1, 1, 2), return_indices=True)),
+        ((2, 4, 4, 5), dict(kernel_size=2, return_indices=True)),  # unbatched
+    ],
+    "adaptive_max_pool1d": [
+        ((2, 3, 4), dict(output_size=7, return_indices=True)),  # upsampling
+        ((3, 12), dict(output_size=5)),  # unbatched, no indices
+    ],
+    "adaptive_max_pool2d": [
+        ((2, 2, 15, 5), dict(output_size=(4, 7), return_indices=True)),  # ragged 15 -> 4, up
+        ((2, 3, 8, 6), dict(output_size=(None, 4), return_indices=True)),
+        ((3, 5, 5), dict(output_size=1)),  # unbatched, global
+    ],
+    "adaptive_max_pool3d": [
+        ((1, 2, 3, 4, 5), dict(output_size=(5, None, 2), return_indices=True)),
+        ((2, 4, 6, 3), dict(output_size=(2, 3, 3), return_indices=True)),  # unbatched
+    ],
+    "lp_pool1d": [
+        ((2, 3, 10), dict(norm_type=1, kernel_size=4)),
+        ((3, 9), dict(norm_type=3, kernel_size=2, stride=1)),  # unbatched
+    ],
+    "lp_pool2d": [
+        ((2, 3, 8, 8), dict(norm_type=2, kernel_size=2)),
+        ((1, 2, 9, 7), dict(norm_type=1, kernel_size=3, stride=(3, 2), ceil_mode=True)),
+        ((3, 7, 6), dict(norm_type=2, kernel_size=(2, 3))),  # unbatched
+    ],
+    "lp_pool3d": [
+        ((1, 2, 4, 5, 6), dict(norm_type=2, kernel_size=(2, 3, 2), stride=(1, 2, 2))),
+        ((2, 4, 4, 5), dict(norm_type=3, kernel_size=2)),  # unbatched
+    ],
+    "global_max_pool": [
+        ((1, 4, 1, 1), dict()),
+        ((3, 2, 6, 1), dict()),
+    ],
 }
 
-_NONFINITE: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
-    "avg_pool2d": ((1, 2, 6, 7), dict(kernel_size=3, stride=2, padding=1)),
-    "adaptive_avg_pool2d": ((1, 2, 6, 7), dict(output_size=(4, 3))),
-    "adaptive_avg_pool1d": ((2, 2, 9), dict(output_size=5)),
+
+def _ties(shape: tuple[int, ...], kwargs: dict[str, Any]) -> list:
+    """Inputs full of equal elements: max(x - 1, 0) channels-first, small integers
+    channels-last."""
+    return [(shape, kwargs, "relu ties", False), (shape, kwargs, "integer ties", True)]
+
+
+# Values (and indices) only, no derivatives: (shape, arguments, special, channels_last).
+# Inputs with inf, -inf and nan; for the max ops inputs full of ties; for an odd LP norm,
+# inputs with negative windows (torch's p-th root of a negative sum is nan).
+_VALUES_ONLY: dict[str, list[tuple[tuple[int, ...], dict[str, Any], str, bool]]] = {
+    "avg_pool2d": [((1, 2, 6, 7), dict(kernel_size=3, stride=2, padding=1), "nonfinite", False)],
+    "adaptive_avg_pool1d": [((2, 2, 9), dict(output_size=5), "nonfinite", False)],
+    "adaptive_avg_pool2d": [((1, 2, 6, 7), dict(output_size=(4, 3)), "nonfinite", False)],
+    "max_pool1d": _ties((2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                          return_indices=True)),
+    "max_pool2d": [((1, 2, 6, 7), dict(kernel_size=3, stride=2, padding=1, return_indices=True),
+                    "nonfinite", False)]
+    + _ties((2, 3, 7, 9), dict(kernel_size=3, stride=2, padding=1, dilation=(1, 2),
+                               return_indices=True)),
+    "max_pool3d": _ties((1, 2, 5, 6, 7), dict(kernel_size=2, stride=1, padding=1,
+                                               return_indices=True)),
+    "adaptive_max_pool1d": _ties((2, 3, 15), dict(output_size=4, return_indices=True)),
+    "adaptive_max_pool2d": [((1, 2, 6, 7), dict(output_size=(4, 3), return_indices=True),
+                             "nonfinite", False)]
+    + _ties((2, 3, 15, 9), dict(output_size=(4, 5), return_indices=True)),
+    "adaptive_max_pool3d": _ties((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2),
+                                                        return_indices=True)),
+    "global_max_pool": _ties((2, 3, 5, 7), dict()),
+    "lp_pool1d": [((2, 3, 11), dict(norm_type=3, kernel_size=3, stride=2), "negative sums",
+                   False)],
+    "lp_pool2d": [((1, 2, 6, 7), dict(norm_type=2, kernel_size=2), "nonfinite", False)],
 }
 
 
@@ -228,17 +342,25 @@ def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None =
         if "float64" in dtypes:
             for shape, kw in _EXTRA[op]:
                 cases.append(Case(op, shape, _kw(kw), "float64"))
-        if op in _NONFINITE and "float64" in dtypes:
-            shape, kw = _NONFINITE[op]
-            cases.append(Case(op, shape, _kw(kw), "float64", orders=0, special="nonfinite"))
+        if "float64" in dtypes:
+            cases += _values_only_cases(op, ("float64",))
         cases.append(error_cases(op))
     return cases
 
 
+def _values_only_cases(op: str, dtypes: Iterable[str]) -> list:
+    return [Case(op, shape, _kw(kw), dtype, last, orders=0, special=special)
+            for dtype in dtypes for shape, kw, special, last in _VALUES_ONLY.get(op, [])]
+
+
+# Batched and unbatched inputs per number of spatial axes (at most 512 elements: see inputs).
+_FULL_SHAPES = {1: [(2, 3, 9), (3, 16)],
+                2: [(2, 2, 7, 9), (3, 10, 8)],
+                3: [(1, 2, 5, 6, 7), (1, 8, 5, 6)]}
+
+
 def _full_avg(ndim: int) -> list:
-    shapes = {1: [(2, 3, 9), (3, 16)],
-              2: [(2, 2, 7, 9), (3, 10, 8)],
-              3: [(1, 2, 5, 6, 7), (1, 8, 5, 6)]}[ndim]
+    shapes = _FULL_SHAPES[ndim]
     out = []
     for shape in shapes:
         for k, s, p in [(1, None, 0), (2, None, 0), (3, 1, 1), (3, 2, 1), (4, 3, 2), (5, 2, 2)]:
@@ -248,6 +370,32 @@ def _full_avg(ndim: int) -> list:
                                    (False, False, 3)]:
                 out.append((shape, dict(kernel_size=k, stride=s, padding=p, ceil_mode=ceil,
                                         count_include_pad=cip, divisor_override=div)))
+    return out
+
+
+def _full_max(ndim: int) -> list:
+    shapes = _FULL_SHAPES[ndim]
+    out = []
+    for shape in shapes:
+        for k, s, p, d in [(1, None, 0, 1), (2, None, 0, 1), (3, 1, 1, 1), (3, 2, 1, 2),
+                           (2, 2, 1, 3), (4, 3, 2, 1)]:
+            if d * (k - 1) + 1 > min(shape[-ndim:]) + 2 * p:
+                continue
+            for ceil, indices in [(False, True), (True, True), (True, False)]:
+                out.append((shape, dict(kernel_size=k, stride=s, padding=p, dilation=d,
+                                        ceil_mode=ceil, return_indices=indices)))
+    return out
+
+
+def _full_lp(ndim: int) -> list:
+    out = []
+    for shape in _FULL_SHAPES[ndim]:
+        for k, s in [(1, None), (2, None), (3, 1), (3, 2), (4, 3)]:
+            if k > min(shape[-ndim:]):
+                continue
+            for norm, ceil in [(1, False), (2, True), (3, False), (2, False)]:
+                out.append((shape, dict(norm_type=norm, kernel_size=k, stride=s,
+                                        ceil_mode=ceil)))
     return out
 
 
@@ -275,10 +423,13 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
     cases: list = []
     for op in ops:
         ndim, kind = OPS[op].ndim, OPS[op].kind
-        if kind == "avg":
-            variants = _full_avg(ndim)
-        elif kind == "adaptive":
+        if kind in ("avg", "max", "lp"):
+            variants = {"avg": _full_avg, "max": _full_max, "lp": _full_lp}[kind](ndim)
+        elif kind in ("adaptive", "adaptive_max"):
             variants = _full_adaptive(ndim)
+            if kind == "adaptive_max":
+                variants = [(shape, {**kw, "return_indices": i % 2 == 0})
+                            for i, (shape, kw) in enumerate(variants)]
         else:
             variants = [((2, 3, 5, 7), {}), ((1, 4, 1, 1), {}), ((3, 2, 6, 1), {}),
                         ((2, 2, 9, 8), {})]
@@ -289,10 +440,7 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
                 # set gets it in float64, the main one in every dtype.
                 for cl in (False, True) if (i == 0 or dtype == "float64") else (False,):
                     cases.append(Case(op, shape, _kw(kw), dtype, cl))
-        if op in _NONFINITE:
-            shape, kw = _NONFINITE[op]
-            for dtype in dtypes:
-                cases.append(Case(op, shape, _kw(kw), dtype, orders=0, special="nonfinite"))
+        cases += _values_only_cases(op, dtypes)
         cases.append(error_cases(op))
     return cases
 
@@ -302,38 +450,45 @@ def error_cases(op: str) -> ErrorCase:
 
     Left out on purpose, because the two differ by design: stride=0 (jaxpool reads it as
     kernel_size, torch raises) and output_size 0 (jaxpool raises, torch returns an empty
-    array); integer input to avg_pool1d/2d/3d in int64 (torch averages it, jaxpool raises).
+    array); integer input to the avg, max and LP pools (torch pools some integer dtypes,
+    jaxpool raises) and to global_max_pool (torch's amax takes it).
     """
     ndim, kind = OPS[op].ndim, OPS[op].kind
     rng = np.random.default_rng(zlib.crc32(op.encode()))
-    spatial = (5,) * ndim
-    x = rng.standard_normal((2, 3) + spatial)
+    x = rng.standard_normal((2, 3) + (5,) * ndim)
+    low = x[0, 0] if ndim > 1 else x[0, 0, :]
+    # the positional arguments of a valid call after x
+    valid = {"avg": (2,), "max": (2,), "lp": (2, 2), "adaptive": (2,),
+             "adaptive_max": (2,)}.get(kind)
     calls = []
-    if kind == "avg":
+    if valid is None:  # global pools: [B, C, H, W] only
+        calls.append(("rank 3", (x[0],), {}))
+        if kind == "global":
+            calls.append(("int64 input", (x.astype(np.int64),), {}))
+        return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))
+    calls += [("wrong rank", (low, *valid), {}), ("rank too high", (x[None], *valid), {})]
+    too_long = (2,) * (ndim + 1)
+    if kind in ("avg", "max"):
         calls += [
             ("kernel larger than input", (x, 7), {}),
             ("padding > kernel//2", (x, 3), {"padding": 2}),
-            ("wrong rank", (x[0, 0] if ndim > 1 else x[0, 0, :],), {"kernel_size": 2}),
-            ("rank too high", (x[None],), {"kernel_size": 2}),
-            ("int32 input", (x.astype(np.int32), 2), {}),
             ("bool input", (x > 0, 2), {}),
             ("negative padding", (x, 3), {"padding": -1}),
         ]
-        calls.append(("divisor_override=0", (x, 2), {"divisor_override": 0}))
         if ndim > 1:
-            calls.append(("wrong-length kernel_size", (x, (2,) * (ndim + 1)), {}))
-    elif kind == "adaptive":
-        calls += [
-            ("negative output_size", (x, -1), {}),
-            ("wrong rank", (x[0, 0] if ndim > 1 else x[0, 0, :], 2), {}),
-            ("rank too high", (x[None], 2), {}),
-            ("int64 input", (x.astype(np.int64), 2), {}),
-        ]
+            calls.append(("wrong-length kernel_size", (x, too_long), {}))
+    if kind == "avg":
+        calls += [("int32 input", (x.astype(np.int32), 2), {}),
+                  ("divisor_override=0", (x, 2), {"divisor_override": 0})]
+    if kind == "max":
+        calls.append(("dilation=0", (x, 2), {"dilation": 0}))
+    if kind == "lp":
+        calls += [("kernel larger than input", (x, 2, 7), {}), ("norm_type=0", (x, 0, 2), {})]
         if ndim > 1:
-            calls.append(("wrong-length output_size", (x, (2,) * (ndim + 1)), {}))
-    else:
-        calls += [
-            ("rank 3", (x[0],), {}),
-            ("int64 input", (x.astype(np.int64),), {}),
-        ]
+            calls.append(("wrong-length kernel_size", (x, 2, too_long), {}))
+    if kind in ("adaptive", "adaptive_max"):
+        calls += [("negative output_size", (x, -1), {}),
+                  ("int64 input", (x.astype(np.int64), 2), {})]
+        if ndim > 1:
+            calls.append(("wrong-length output_size", (x, too_long), {}))
     return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..convert import output_leaves
 
-__all__ = ["OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn"]
+__all__ = ["MAX_KINDS", "OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn"]
 
 
 def _pair1d(v):
@@ -54,12 +54,18 @@ def _torch_global(reduce: str) -> Callable[[dict], Callable]:
 @dataclasses.dataclass(frozen=True)
 class Op:
     ndim: int  # spatial axes pooled
-    kind: str  # "avg", "adaptive", "global" (and the max / LP kinds)
+    kind: str  # "avg", "adaptive", "global", "max", "adaptive_max", "lp", "global_max"
     params: tuple[str, ...]  # positional arguments after x, in torch's order
     torch: Callable[[dict], Callable]  # keyword arguments -> torch function of x (channels-first)
 
 
 _AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+_MAX = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+_LP = ("norm_type", "kernel_size", "stride", "ceil_mode")
+_ADAPTIVE_MAX = ("output_size", "return_indices")
+
+# The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
+MAX_KINDS = ("max", "adaptive_max", "global_max")
 
 OPS: dict[str, Op] = {
     "avg_pool1d": Op(1, "avg", _AVG, _torch_avg(1)),
@@ -69,6 +75,16 @@ OPS: dict[str, Op] = {
     "adaptive_avg_pool2d": Op(2, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool2d)),
     "adaptive_avg_pool3d": Op(3, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool3d)),
     "global_avg_pool": Op(2, "global", (), _torch_global("mean")),
+    "max_pool1d": Op(1, "max", _MAX, _torch_fn(F.max_pool1d)),
+    "max_pool2d": Op(2, "max", _MAX, _torch_fn(F.max_pool2d)),
+    "max_pool3d": Op(3, "max", _MAX, _torch_fn(F.max_pool3d)),
+    "adaptive_max_pool1d": Op(1, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool1d)),
+    "adaptive_max_pool2d": Op(2, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool2d)),
+    "adaptive_max_pool3d": Op(3, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool3d)),
+    "lp_pool1d": Op(1, "lp", _LP, _torch_fn(F.lp_pool1d)),
+    "lp_pool2d": Op(2, "lp", _LP, _torch_fn(F.lp_pool2d)),
+    "lp_pool3d": Op(3, "lp", _LP, _torch_fn(F.lp_pool3d)),
+    "global_max_pool": Op(2, "global_max", (), _torch_global("amax")),
 }
 
 
