@@ -55,13 +55,8 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
 
 def _max_along(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indices: bool):
     families = window_families(plan)
-    extent = max(f.start + (f.count - 1) * f.step + (f.taps - 1) * f.dilation + 1
-                 for f in families)
-    padded = _fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)
-    padded_index = (None if index is None
-                    else _fit_axis(index, axis, plan.pad_lo, extent, 0))
-    tables = _DoublingTables(padded, padded_index, axis, plan, plane_stride, with_indices)
-    results = [_walk(padded, padded_index, axis, plan, family, plane_stride, with_indices)
+    tables = _DoublingTables(x, index, axis, plan, families, plane_stride, with_indices)
+    results = [_walk(x, index, axis, plan, family, plane_stride, with_indices)
                if choose_max_strategy(plan, family) == "walk" else tables.windows(family)
                for family in families]
     values = _interleave([v for v, _ in results], axis)
@@ -70,10 +65,10 @@ def _max_along(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indi
     return values, jnp.broadcast_to(_interleave([i for _, i in results], axis), values.shape)
 
 
-def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
-          plane_stride: int, with_indices: bool):
+def _walk(x, index, axis: int, plan: AxisPlan, family: WindowFamily, plane_stride: int,
+          with_indices: bool):
     """torch's walk over the windows of one family: one strided slice per tap."""
-    ndim = padded.ndim
+    ndim = x.ndim
     coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
     real = (coords >= 0) & (coords < plan.in_size)          # [taps, count]
     first_real = real.argmax(axis=0)                        # every window holds one
@@ -81,16 +76,12 @@ def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
     for j in range(family.taps):
         if not real[j].any():
             continue
-        start = family.start + j * family.dilation
-        tap = lax.slice_in_dim(padded, start, start + (family.count - 1) * family.step + 1,
-                               family.step, axis)
+        tap = _tap(x, axis, coords[j], real[j], family.step, -jnp.inf)
         candidate = None
         if with_indices:
             candidate = _along(coords[j] * plane_stride, axis, ndim)
-            if padded_index is not None:
-                candidate = lax.slice_in_dim(padded_index, start,
-                                             start + (family.count - 1) * family.step + 1,
-                                             family.step, axis) + candidate
+            if index is not None:
+                candidate = _tap(index, axis, coords[j], real[j], family.step, 0) + candidate
         first = first_real == j
         if best is None and first.all():
             best, winner = tap, candidate
@@ -108,6 +99,20 @@ def _walk(padded, padded_index, axis: int, plan: AxisPlan, family: WindowFamily,
     return best, winner
 
 
+def _tap(x, axis: int, coords: np.ndarray, real: np.ndarray, step: int, fill):
+    """Element ``coords[q]`` of ``x`` along ``axis`` for every window ``q``: one strided
+    slice of the windows whose tap is real, padded with ``fill`` for the rest. Padding each
+    tap, not the input, lets XLA fuse it into the walk instead of writing a padded copy of
+    the input (ResNet stem channels-last forward: three passes over memory -> two)."""
+    first, last = int(real.argmax()), len(real) - 1 - int(real[::-1].argmax())
+    tap = lax.slice_in_dim(x, int(coords[first]), int(coords[last]) + 1, step, axis)
+    if first or last < len(real) - 1:
+        widths = [(0, 0, 0)] * x.ndim
+        widths[axis] = (first, len(real) - 1 - last, 0)
+        tap = lax.pad(tap, jnp.asarray(fill, x.dtype), widths)
+    return tap
+
+
 def _replaces(right, left):
     """torch's rule: a later element replaces the winner so far when it is greater or NaN.
     Applied to the winners of two adjacent spans it picks the winner of their union, so
@@ -120,16 +125,20 @@ class _DoublingTables:
     ``2**k`` taps ``p, p + dilation, ...`` (and its index): level ``k`` combines two
     shifted slices of level ``k - 1``. Built once per axis, as deep as a family needs."""
 
-    def __init__(self, padded, padded_index, axis: int, plan: AxisPlan, plane_stride: int,
+    def __init__(self, x, index, axis: int, plan: AxisPlan, families, plane_stride: int,
                  with_indices: bool):
         self.axis, self.dilation = axis, plan.dilation
-        index = None
+        # Right of the input, ceil-mode windows may overhang: -inf there is never picked.
+        extent = max(f.start + (f.count - 1) * f.step + (f.taps - 1) * f.dilation + 1
+                     for f in families)
+        self.values = [_fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)]
+        padded_index = None
         if with_indices:
-            coords = np.arange(padded.shape[axis]) - plan.pad_lo
-            index = _along(coords * plane_stride, axis, padded.ndim)
-            if padded_index is not None:
-                index = padded_index + index
-        self.values, self.indices = [padded], [index]
+            coords = np.arange(extent) - plan.pad_lo
+            padded_index = _along(coords * plane_stride, axis, x.ndim)
+            if index is not None:
+                padded_index = _fit_axis(index, axis, plan.pad_lo, extent, 0) + padded_index
+        self.indices = [padded_index]
 
     def _level(self, k: int):
         while len(self.values) <= k:
