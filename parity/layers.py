@@ -399,10 +399,7 @@ def _pair_records(t_run: _Run, f_run: _Run, weights: WeightMap,
     fixed.update(name_map)
     fixed[""] = ""  # the models themselves
     fixed_flax = set(fixed.values())
-
-    def key(name, type_name, is_fixed):
-        return ("fixed", name) if is_fixed else ("kind", _kind(type_name))
-
+    # per key, the Flax records not yet paired; a module called k times has k records
     f_queues: dict[tuple, list] = {}
     for rec in f_run.records:
         path, type_name, _ = rec

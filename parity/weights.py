@@ -177,8 +177,7 @@ class FlaxLayer:
 
     path: str
     leaves: dict[str, Any]
-    type_name: str | None = None  # known for nnx
-    module: Any = None  # the nnx module
+    module: Any = None  # the nnx module (it says which layout a ConvTranspose uses)
 
     def shape(self, leaf: str) -> tuple:
         v = self.leaves[leaf]
@@ -261,7 +260,7 @@ def _flax_layers(target) -> list[FlaxLayer]:
             leaves = {k: v for k, v in vars(m).items()
                       if isinstance(v, (nnx.Param, nnx.BatchStat))}
             if leaves:
-                layers.append(FlaxLayer(path, leaves, type(m).__name__, m))
+                layers.append(FlaxLayer(path, leaves, m))
         return layers
     if not isinstance(target, Mapping) or "params" not in target:
         raise TypeError("the Flax side must be linen variables (a dict with 'params') or an "
@@ -309,6 +308,21 @@ class Pair:
         return [(t, self.rule.flax_leaf(t)) for t in self.torch.tensors]
 
 
+def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
+    """None if ``rule`` maps t's tensors to other leaf names than f has; else the leaves whose
+    shapes disagree (empty: every shape fits)."""
+    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
+        return None
+    diffs = []
+    for n, x in t.tensors.items():
+        want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
+        have = f.shape(rule.flax_leaf(n))
+        if want != have:
+            diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
+                         f"{tuple(x.shape)} vs {have} in Flax")
+    return diffs
+
+
 def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
     if f.module is not None and not any(c.__name__ in rule.flax_types
                                         for c in type(f.module).__mro__):
@@ -319,23 +333,12 @@ def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
         flipped = not getattr(f.module, "transpose_kernel", False)
         if flipped != (rule.kind == "conv_transpose"):
             return False
-    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
-        return False
-    return all(rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
-               == f.shape(rule.flax_leaf(n)) for n, x in t.tensors.items())
+    return _shape_diffs(rule, t, f) == []
 
 
 def _shape_note(t: TorchLayer, f: FlaxLayer, rule: LayoutRule) -> str | None:
     """Why ``rule`` does not fit t to f when their leaves have the same names, or None."""
-    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
-        return None
-    diffs = []
-    for n, x in t.tensors.items():
-        want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
-        have = f.shape(rule.flax_leaf(n))
-        if want != have:
-            diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
-                         f"{tuple(x.shape)} vs {have} in Flax")
+    diffs = _shape_diffs(rule, t, f)
     if not diffs:
         return None
     return f"{t.name or '(root)'} ({t.type_name}) -> {f.path or '(root)'}: " + "; ".join(diffs)
@@ -350,12 +353,6 @@ class WeightMap:
     """Which torch layer fills which Flax layer (``pairs``, in torch's order)."""
 
     pairs: list[Pair]
-
-    def by_torch_name(self) -> dict[str, Pair]:
-        return {p.torch.name: p for p in self.pairs}
-
-    def by_flax_path(self) -> dict[str, Pair]:
-        return {p.flax.path: p for p in self.pairs}
 
 
 def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
@@ -384,9 +381,8 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
         if t.name in explicit:
             candidates = [explicit[t.name]]
         else:
-            order = f_layers[last:] + f_layers[:last]
             taken = used | {id(f) for f in explicit.values()}
-            candidates = [f for f in order if id(f) not in taken]
+            candidates = [f for f in f_layers[last:] + f_layers[:last] if id(f) not in taken]
         hit = next(((f, r) for f in candidates for r in t.rules() if _fits(r, t, f)), None)
         if hit is None:
             unmatched.append(t)

@@ -157,7 +157,7 @@ def test_layout_rule_linen_and_nnx_against_torch(name):
     assert report.ok, report
     model = parity.load_torch_weights(layer.state_dict() if "Transpose" not in name else layer,
                                       _float64_nnx(make_nnx()))
-    report = parity.compare(_nnx_fn(model, layout), _torch_fn(layer), x, orders=1)
+    report = parity.compare(_nnx_fn(model, layout), _torch_fn(layer), x, orders=0)
     assert report.ok, report
 
 
