@@ -152,8 +152,9 @@ def test_layout_rule_linen_and_nnx_against_torch(name):
     layer = randomise(make_torch().double()).train(train)
     x = _input(shape, layout)
     variables = parity.load_torch_weights(layer, _float64_linen(make_linen(), x, layout))
+    # values: the layout is in the weights (gradients through them: test_parity_layers.py)
     report = parity.compare(_linen_fn(make_linen(), variables, layout, train), _torch_fn(layer), x,
-                            orders=1)
+                            orders=0)
     assert report.ok, report
     model = parity.load_torch_weights(layer.state_dict() if "Transpose" not in name else layer,
                                       _float64_nnx(make_nnx()))
