@@ -4,8 +4,9 @@ Layout: channels-first by default (``[B, C, *spatial]`` or unbatched ``[C, *spat
 torch); ``channels_last=True`` takes and returns ``[B, *spatial, C]`` (or ``[*spatial, C]``).
 
 Every function checks its arguments in plain Python (:mod:`jaxpool.plan`), then runs one
-compiled program per plan, input shape and dtype: called eagerly it is compiled once and
-cached; under an outer ``jax.jit`` it is inlined, so the traced program is the same.
+compiled program per plan, input shape and dtype: called eagerly (and differentiated
+eagerly) it is compiled once and reused; under an outer ``jax.jit`` it is a nested call
+that XLA inlines, so the compiled program is the same.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _compute_dtype(dtype):
     return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
 
 
-@functools.partial(jax.jit, static_argnums=0, inline=True)
+@functools.partial(jax.jit, static_argnums=0)
 def _mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = _axis.window_sums(x.astype(_compute_dtype(dtype)), plan)
@@ -55,13 +56,13 @@ def _divisor(plan: PoolPlan, rank: int, dtype):
     return jnp.asarray(divisor.reshape(shape), dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2), inline=True)
+@functools.partial(jax.jit, static_argnums=(0, 2))
 def _max(plan: PoolPlan, x: jax.Array, return_indices: bool):
     values, indices = _select.window_max(x, plan, return_indices)
     return (values, indices) if return_indices else values
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2), inline=True)
+@functools.partial(jax.jit, static_argnums=(0, 2))
 def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     # torch: avg_pool(x**p) * prod(kernel), its sign times relu of its magnitude, ** (1/p).
     dtype = x.dtype
@@ -74,7 +75,7 @@ def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     return (total ** (1.0 / norm_type)).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnums=0, inline=True)
+@functools.partial(jax.jit, static_argnums=0)
 def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
