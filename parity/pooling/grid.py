@@ -460,7 +460,7 @@ def error_cases(op: str) -> ErrorCase:
     # the positional arguments of a valid call after x
     valid = {"avg": (2,), "max": (2,), "lp": (2, 2), "adaptive": (2,),
              "adaptive_max": (2,)}.get(kind)
-    calls = []
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     if valid is None:  # global pools: [B, C, H, W] only
         calls.append(("rank 3", (x[0],), {}))
         if kind == "global":
