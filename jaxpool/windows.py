@@ -303,6 +303,12 @@ def choose_max_strategy(plan: AxisPlan, family: WindowFamily) -> str:
     return "doubling" if family.taps > MAX_WALK_TAPS and not left_padded else "walk"
 
 
+def is_whole_axis(plan: AxisPlan) -> bool:
+    """One window holding every element of the axis (global and adaptive -> 1 pooling)."""
+    return (plan.out_size == 1 and plan.in_size > 1 and plan.pad_lo == 0
+            and plan.dilation == 1 and plan.starts == (0,) and plan.stops == (plan.in_size,))
+
+
 def is_identity(plan: AxisPlan) -> bool:
     """Every window is one element, in order: nothing to do along this axis."""
     return (plan.out_size == plan.in_size and plan.pad_lo == 0
