@@ -112,18 +112,20 @@ def _rows_tangent(t: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     return spread(t)[0]
 
 
-def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
+def pad_axis(x: jax.Array, axis: int, lo: int, hi: int, value: float = 0) -> jax.Array:
+    """``lo`` elements of ``value`` before ``x`` along ``axis``, ``hi`` after it."""
     if lo == 0 and hi == 0:
         return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (lo, hi)
-    return jnp.pad(x, widths)
+    widths = [(0, 0, 0)] * x.ndim
+    widths[axis] = (lo, hi, 0)
+    return lax.pad(x, jnp.asarray(value, x.dtype), widths)
 
 
-def _fit_axis(x: jax.Array, axis: int, lo: int, size: int) -> jax.Array:
-    """Pad ``lo`` zeros in front, then pad or trim the end so the axis has extent ``size``."""
+def fit_axis(x: jax.Array, axis: int, lo: int, size: int, value: float = 0) -> jax.Array:
+    """Pad ``lo`` elements of ``value`` in front, then pad or trim the end so the axis has
+    extent ``size``."""
     hi = size - lo - x.shape[axis]
-    x = _pad_axis(x, axis, lo, max(hi, 0))
+    x = pad_axis(x, axis, lo, max(hi, 0), value)
     if hi < 0:
         x = lax.slice_in_dim(x, 0, size, axis=axis)
     return x
@@ -131,7 +133,7 @@ def _fit_axis(x: jax.Array, axis: int, lo: int, size: int) -> jax.Array:
 
 def _blocks(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     length, k = plan.lengths[0], plan.out_size
-    x = _fit_axis(x, axis, plan.pad_lo, k * length)
+    x = fit_axis(x, axis, plan.pad_lo, k * length)
     x = x.reshape(x.shape[:axis] + (k, length) + x.shape[axis + 1:])
     return x.sum(axis=axis + 1)
 
@@ -194,7 +196,7 @@ def _padded_taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
         start = first * plan.stride + offset - plan.pad_lo
         tap = lax.slice_in_dim(x, start, start + (last - first) * plan.stride + 1, plan.stride,
                                axis)
-        tap = _pad_axis(tap, axis, first, plan.out_size - 1 - last)
+        tap = pad_axis(tap, axis, first, plan.out_size - 1 - last)
         total = tap if total is None else total + tap
     return total
 

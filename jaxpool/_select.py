@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
 from jaxpool.windows import (AxisPlan, WindowFamily, choose_max_strategy, is_identity,
                              is_whole_axis, window_families)
@@ -57,10 +58,16 @@ def _max_along(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indi
     if is_whole_axis(plan):
         return _max_of_axis(x, index, axis, plan, plane_stride, with_indices)
     families = window_families(plan)
-    tables = _DoublingTables(x, index, axis, plan, families, plane_stride, with_indices)
-    results = [_walk(x, index, axis, plan, family, plane_stride, with_indices)
-               if choose_max_strategy(plan, family) == "walk" else tables.windows(family)
-               for family in families]
+    tables = None  # built on first use: only long windows need the padded input
+    results = []
+    for family in families:
+        if choose_max_strategy(plan, family) == "walk":
+            results.append(_walk(x, index, axis, plan, family, plane_stride, with_indices))
+            continue
+        if tables is None:
+            tables = _DoublingTables(x, index, axis, plan, families, plane_stride,
+                                     with_indices)
+        results.append(tables.windows(family))
     values = _interleave([v for v, _ in results], axis)
     if not with_indices:
         return values, None
@@ -152,11 +159,7 @@ def _tap(x, axis: int, coords: np.ndarray, real: np.ndarray, step: int, fill):
     the input (ResNet stem channels-last forward: three passes over memory -> two)."""
     first, last = int(real.argmax()), len(real) - 1 - int(real[::-1].argmax())
     tap = lax.slice_in_dim(x, int(coords[first]), int(coords[last]) + 1, step, axis)
-    if first or last < len(real) - 1:
-        widths = [(0, 0, 0)] * x.ndim
-        widths[axis] = (first, len(real) - 1 - last, 0)
-        tap = lax.pad(tap, jnp.asarray(fill, x.dtype), widths)
-    return tap
+    return pad_axis(tap, axis, first, len(real) - 1 - last, fill)
 
 
 def _replaces(right, left):
@@ -177,13 +180,13 @@ class _DoublingTables:
         # Right of the input, ceil-mode windows may overhang: -inf there is never picked.
         extent = max(f.start + (f.count - 1) * f.step + (f.taps - 1) * f.dilation + 1
                      for f in families)
-        self.values = [_fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)]
+        self.values = [fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)]
         padded_index = None
         if with_indices:
             coords = np.arange(extent) - plan.pad_lo
             padded_index = _along(coords * plane_stride, axis, x.ndim)
             if index is not None:
-                padded_index = _fit_axis(index, axis, plan.pad_lo, extent, 0) + padded_index
+                padded_index = fit_axis(index, axis, plan.pad_lo, extent, 0) + padded_index
         self.indices = [padded_index]
 
     def _level(self, k: int):
@@ -233,18 +236,6 @@ def _interleave(parts: list, axis: int):
     shape = jnp.broadcast_shapes(*(p.shape for p in parts))
     stacked = jnp.stack([jnp.broadcast_to(p, shape) for p in parts], axis=axis + 1)
     return stacked.reshape(shape[:axis] + (shape[axis] * len(parts),) + shape[axis + 1:])
-
-
-def _fit_axis(x, axis: int, lo: int, size: int, value):
-    """Pad ``lo`` elements of ``value`` in front, then pad or trim the end to ``size``."""
-    hi = size - lo - x.shape[axis]
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (lo, max(hi, 0))
-    if lo or hi > 0:
-        x = lax.pad(x, jnp.asarray(value, x.dtype), [(a, b, 0) for a, b in widths])
-    if hi < 0:
-        x = lax.slice_in_dim(x, 0, size, axis=axis)
-    return x
 
 
 def _along(values: np.ndarray, axis: int, ndim: int) -> jax.Array:
