@@ -2,7 +2,7 @@
 order."""
 
 from jaxpool import shapes
-from jaxpool.ops import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
+from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
                          adaptive_avg_pool3d, adaptive_max_pool, adaptive_max_pool1d,
                          adaptive_max_pool2d, adaptive_max_pool3d, avg_pool, avg_pool1d,
                          avg_pool2d, avg_pool3d, global_avg_pool, global_max_pool, lp_pool,

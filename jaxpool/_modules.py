@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from jax.typing import ArrayLike
 
 import jaxpool
-from jaxpool.ops import OutputSize, Size
+from jaxpool.pooling import OutputSize, Size
 
 
 def flax_missing(module: str) -> str:

@@ -2,7 +2,7 @@
 
 Checks every argument (raising before any computation) and builds one
 :class:`~jaxpool.windows.AxisPlan` per spatial axis. :mod:`jaxpool.shapes` reads output
-shapes from these plans; :mod:`jaxpool.ops` computes them.
+shapes from these plans; :mod:`jaxpool.pooling` computes them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from jaxpool import _checks
-from jaxpool.ops import OutputSize, Size
+from jaxpool.pooling import OutputSize, Size
 from jaxpool.plan import (PoolPlan, plan_adaptive, plan_avg_pool, plan_global, plan_lp_pool,
                           plan_max_pool)
 
