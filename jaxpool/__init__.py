@@ -8,6 +8,8 @@ from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_av
                          avg_pool2d, avg_pool3d, global_avg_pool, global_max_pool, lp_pool,
                          lp_pool1d, lp_pool2d, lp_pool3d, max_pool, max_pool1d, max_pool2d,
                          max_pool3d)
+from jaxpool.resampling import (interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
+                                upsample_nearest)
 
 __version__ = "0.1.0"
 
@@ -17,6 +19,7 @@ __all__ = [
     "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d", "global_avg_pool",
     "global_max_pool", "lp_pool", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool",
     "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx",
+    "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
 ]
 
 

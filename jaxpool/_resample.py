@@ -1,0 +1,220 @@
+"""Resampling along one axis at a time: the JAX side of :mod:`jaxpool.sampling`.
+
+Every strategy computes torch's products ``weight * x[tap]`` (zero weights included) or
+copies, so values, NaN and inf are torch's; each is built from slice, pad, reshape,
+broadcast, concatenate, select, add, multiply and dot, whose transposes are again of that
+kind: no derivative of any order, in either mode, holds a scatter or a gather.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxpool._axis import _repeat
+from jaxpool.sampling import AxisSampling, Phases, ResamplePlan
+
+
+def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
+    """Resample every spatial axis of ``x`` (laid out as ``plan.input_shape``), the
+    innermost first, as torch's kernels nest their sums (the outermost axis's weights are
+    applied last)."""
+    for axis, axis_plan in reversed(list(zip(plan.spatial_axes, plan.axes))):
+        x = resample_axis(x, axis, axis_plan)
+    return x
+
+
+def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    strategy = plan.strategy()
+    if strategy == "identity":
+        return x
+    if strategy == "nonfinite-to-nan":
+        # torch's x*1 + x*0: x itself where finite (a zero's sign kept), NaN for inf.
+        return x + x * jnp.zeros((), x.dtype)
+    if strategy == "repeat":
+        return _repeat(x, axis, plan.out_size // plan.in_size)
+    if strategy == "phases":
+        return _phases(x, axis, plan)
+    return _with_matrix_tangent(x, axis, plan)
+
+
+def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax.Array:
+    """``sum_t w_t * rows_t`` in tap order, or the one copied row."""
+    total = None
+    for row, w in zip(rows, weights):
+        term = row if plan.copies else row * jnp.asarray(w, x.dtype)
+        total = term if total is None else total + term
+    return total
+
+
+def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range) -> list:
+    """The outputs ``outputs`` one by one, from single-element slices."""
+    rows: dict[int, jax.Array] = {}
+
+    def row(j):
+        if j not in rows:
+            rows[j] = lax.slice_in_dim(x, j, j + 1, axis=axis)
+        return rows[j]
+
+    return [_weighted(x, axis, plan, [row(j) for j in plan.taps[i]], plan.weights[i])
+            for i in outputs]
+
+
+def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """One strided slice per phase and tap for the periodic stretch, the phases
+    interleaved (stacked after the axis and reshaped), and the edge outputs written out."""
+    phases: Phases | None = plan.phases()
+    if phases is None:  # copies with no period: each source element broadcast to its run
+        return _runs(x, axis, plan)
+    count, step = phases.count, phases.step
+    values = []
+    for starts, weights in zip(phases.starts, phases.weights):
+        taps = [lax.slice_in_dim(x, s, s + (count - 1) * step + 1, step, axis) for s in starts]
+        values.append(_weighted(x, axis, plan, taps, weights))
+    if phases.period == 1:
+        interior = values[0]
+    else:
+        stacked = jnp.stack(values, axis=axis + 1)
+        interior = stacked.reshape(x.shape[:axis] + (count * phases.period,) + x.shape[axis + 1:])
+    parts = (_written_out(x, axis, plan, range(phases.first)) + [interior]
+             + _written_out(x, axis, plan, range(phases.stop, plan.out_size)))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+
+
+def _runs(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """Copies in any order: each run of outputs that copy the same element is one slice,
+    broadcast to the run's length."""
+    parts, i = [], 0
+    while i < plan.out_size:
+        j = plan.taps[i][0]
+        end = i
+        while end < plan.out_size and plan.taps[end][0] == j:
+            end += 1
+        row = lax.slice_in_dim(x, j, j + 1, axis=axis)
+        shape = x.shape[:axis] + (end - i,) + x.shape[axis + 1:]
+        parts.append(row if end - i == 1 else jnp.broadcast_to(row, shape))
+        i = end
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+
+
+def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """Values from ``_matmul_keeping_nonfinite``, derivatives from the plain product (the
+    map is linear, so its derivative is itself whatever the input holds)."""
+
+    @jax.custom_jvp
+    def resampled(x):
+        return _matmul_keeping_nonfinite(x, axis, plan)
+
+    @resampled.defjvp
+    def resampled_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return resampled(x), _matmul(t, axis, plan.matrix())
+
+    return resampled(x)
+
+
+def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """``x`` times the plan's ``[out, in]`` matrix, with NaN and inf where torch's sum of
+    products puts them: NaN where an output reads a NaN, multiplies an infinity by a zero
+    weight, or sums infinities of both signs; else the infinity it sums; else the product
+    of the finite entries.
+
+    A product of the raw input would spread one inf over its whole row (``0 * inf``), so the
+    non-finite entries are zeroed and coded (+inf 1, -inf ``base``, NaN ``base**2``) in a
+    plane multiplied by the 0/1 patterns of positive, negative and zero weights, from which
+    each output learns the counts it needs. No data-dependent branch: a global "all
+    finite?" test would cost a collective on sharded inputs.
+    """
+    finite = jnp.isfinite(x)
+    zero = jnp.zeros((), x.dtype)
+    total = _matmul(jnp.where(finite, x, zero), axis, plan.matrix())
+    patterns = {"positive": plan.support(lambda w: w > 0),
+                "negative": plan.support(lambda w: w < 0),
+                "zero": plan.support(lambda w: w == 0)}
+    base = float(max(len(t) for t in plan.taps) + 1)
+    one = jnp.ones((), x.dtype)
+    pos = jnp.where(x == jnp.inf, one, zero)
+    neg = jnp.where(x == -jnp.inf, one, zero)
+    nan = jnp.where(jnp.isnan(x), one, zero)
+    exact = base ** 3 < 2.0 ** jnp.finfo(x.dtype).nmant
+    counts = {}
+    for name, pattern in patterns.items():
+        if not pattern.any():
+            counts[name] = (zero, zero, zero)
+        elif exact:
+            coded = _matmul(pos + base * neg + base * base * nan, axis, pattern)
+            # +0.5: XLA divides by a constant as a product with its reciprocal, so 49/49
+            # can come out just below 1.
+            n_nan = jnp.floor((coded + 0.5) / (base * base))
+            rest = coded - base * base * n_nan
+            n_neg = jnp.floor((rest + 0.5) / base)
+            counts[name] = (rest - base * n_neg, n_neg, n_nan)
+        else:
+            counts[name] = tuple(_matmul(plane, axis, pattern) for plane in (pos, neg, nan))
+    (p_pos, p_neg, p_nan), (n_pos, n_neg, n_nan), (z_pos, z_neg, z_nan) = (
+        counts["positive"], counts["negative"], counts["zero"])
+    plus = p_pos + n_neg > 0.5
+    minus = p_neg + n_pos > 0.5
+    invalid = (p_nan + n_nan + z_nan + z_pos + z_neg > 0.5) | (plus & minus)
+    total = jnp.where(plus, jnp.asarray(jnp.inf, x.dtype),
+                      jnp.where(minus, jnp.asarray(-jnp.inf, x.dtype), total))
+    return jnp.where(invalid, jnp.asarray(jnp.nan, x.dtype), total)
+
+
+def _matmul(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
+    # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
+    out = lax.dot_general(x, jnp.asarray(matrix, dtype=x.dtype), (((axis,), (1,)), ((), ())),
+                          precision=lax.Precision.HIGHEST)
+    return jnp.moveaxis(out, -1, axis)
+
+
+# --- pixel shuffle -----------------------------------------------------------------------
+
+def pixel_shuffle(x: jax.Array, factor: int, channels_last: bool) -> jax.Array:
+    """``[*, C*r*r, H, W] -> [*, C, H*r, W*r]`` (channels last: ``[*, H, W, C*r*r] ->
+    [*, H*r, W*r, C]``), torch's order: channel ``c*r*r + i*r + j`` goes to ``(c, h*r + i,
+    w*r + j)``. A reshape and a transpose: every value copied."""
+    r = factor
+    lead = x.shape[:-3]
+    if channels_last:
+        h, w, c = x.shape[-3:]
+        y = x.reshape(lead + (h, w, c // (r * r), r, r))
+        k = len(lead)
+        y = jnp.transpose(y, tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
+        return y.reshape(lead + (h * r, w * r, c // (r * r)))
+    c, h, w = x.shape[-3:]
+    y = x.reshape(lead + (c // (r * r), r, r, h, w))
+    k = len(lead)
+    y = jnp.transpose(y, tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
+    return y.reshape(lead + (c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(x: jax.Array, factor: int, channels_last: bool) -> jax.Array:
+    """The inverse of :func:`pixel_shuffle`: ``[*, C, H*r, W*r] -> [*, C*r*r, H, W]``."""
+    r = factor
+    lead = x.shape[:-3]
+    k = len(lead)
+    if channels_last:
+        hr, wr, c = x.shape[-3:]
+        y = x.reshape(lead + (hr // r, r, wr // r, r, c))
+        y = jnp.transpose(y, tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
+        return y.reshape(lead + (hr // r, wr // r, c * r * r))
+    c, hr, wr = x.shape[-3:]
+    y = x.reshape(lead + (c, hr // r, r, wr // r, r))
+    y = jnp.transpose(y, tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
+    return y.reshape(lead + (c * r * r, hr // r, wr // r))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def run(plan: ResamplePlan, x: jax.Array) -> jax.Array:
+    """One compiled program per plan, shape and dtype. Half precision computes in float32
+    and rounds once (the nearest modes copy, in the input's dtype)."""
+    dtype = x.dtype
+    if all(p.copies for p in plan.axes):
+        return resample(x, plan)
+    compute = jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+    return resample(x.astype(compute), plan).astype(dtype)

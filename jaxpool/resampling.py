@@ -1,0 +1,175 @@
+"""The resampling functions: ``torch.nn.functional.interpolate``, ``pixel_shuffle`` and
+``pixel_unshuffle``, with torch's semantics.
+
+Layout: channels-first by default (``[B, C, *spatial]``, as torch); ``channels_last=True``
+takes and returns ``[B, *spatial, C]``. Arguments are checked in plain Python
+(:mod:`jaxpool.sampling`) before any computation; each call runs one compiled program per
+plan, input shape and dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxpool import _checks, _resample
+from jaxpool.pooling import _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from jaxpool.sampling import plan_interpolate
+
+SizeArg = Union[int, Sequence[int], None]
+"""An int for every spatial axis, or exactly one per axis."""
+ScaleArg = Union[float, Sequence[float], None]
+"""A number for every spatial axis, or exactly one per axis."""
+
+_AREA = {1: adaptive_avg_pool1d, 2: adaptive_avg_pool2d, 3: adaptive_avg_pool3d}
+
+
+def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None,
+                mode: str = "nearest", align_corners: bool | None = None,
+                recompute_scale_factor: bool | None = None, antialias: bool = False, *,
+                channels_last: bool = False) -> jax.Array:
+    """Resize the spatial axes, as ``torch.nn.functional.interpolate``.
+
+    Modes and the ranks they take (as torch's): ``nearest``, ``nearest-exact`` and
+    ``area`` on 1 to 3 spatial axes; ``linear`` on 1, ``bilinear`` and ``bicubic`` on 2,
+    ``trilinear`` on 3. The taps and weights are torch's CPU kernels', computed in the
+    same arithmetic (float32 for float32 and half precision, float64 for float64):
+
+    - ``nearest``: source ``floor(i * scale)``; 2d as torch's ``nearest_idx`` (an
+      unchanged extent copies, a doubled one halves), 1d and 3d as torch's forward
+      kernels, so the index can depend on the dtype as torch's does. Values are copies:
+      torch's bit for bit. ``nearest-exact``: ``floor((i + 1/2) * scale)``.
+    - ``linear``, ``bilinear``, ``trilinear``: torch's source coordinate (half-pixel, or
+      ``(n-1)/(out-1)`` with ``align_corners``), clamped at the edges; an unchanged extent
+      is ``x*1 + x*0``, as torch's (inf becomes NaN).
+    - ``bicubic``: torch's cubic kernel (A = -0.75), its four taps clamped to the edges.
+    - ``antialias=True`` (bilinear and bicubic): torch's separable filter, widened by the
+      downscale and normalised (bicubic with A = -0.5); an unchanged extent is copied.
+    - ``area``: ``adaptive_avg_pool`` to the output extents.
+
+    The scale: ``(n-1)/(out-1)`` with ``align_corners``; else ``1/scale_factor`` when
+    ``scale_factor`` is given and ``recompute_scale_factor`` is not True, else ``n/out``.
+    Every product torch computes is computed, a zero weight's too: NaN and inf land where
+    torch's do. Derivatives (any order, both modes) are the transpose of these values and
+    hold no scatter or gather.
+
+    Args:
+      x: ``[B, C, *spatial]`` with 1 to 3 spatial axes; with ``channels_last``,
+        ``[B, *spatial, C]``. Floating point.
+      size: the output's spatial extents: an int for every axis or one per axis.
+      scale_factor: instead of ``size``: a number for every axis or one per axis; each
+        extent becomes ``int(n * scale_factor)``.
+      mode: one of the modes above.
+      align_corners: the interpolating modes only (default False): map the corner
+        elements' centres onto each other.
+      recompute_scale_factor: with ``scale_factor``, map coordinates with ``n/out``
+        instead of ``1/scale_factor``.
+      antialias: ``bilinear`` and ``bicubic`` only.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype with the new spatial extents. float16/bfloat16 compute in
+      float32 and round once (the nearest modes copy).
+
+    Example:
+      >>> jaxpool.interpolate(jnp.ones((2, 8, 16, 16)), scale_factor=2, mode="bilinear").shape
+      (2, 8, 32, 32)
+    """
+    x = _static("interpolate", x)
+    sizes, plan = plan_interpolate("interpolate", x.shape, x.dtype, size, scale_factor, mode,
+                                   align_corners, recompute_scale_factor, antialias,
+                                   channels_last)
+    if plan is None:
+        return _AREA[len(sizes)](x, sizes, channels_last=channels_last)
+    return _resample.run(plan, jnp.asarray(x))
+
+
+def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
+                     channels_last: bool = False) -> jax.Array:
+    """``torch.nn.functional.upsample_nearest``: :func:`interpolate` with ``mode="nearest"``.
+
+    Example:
+      >>> jaxpool.upsample_nearest(jnp.ones((2, 8, 5)), scale_factor=3).shape
+      (2, 8, 15)
+    """
+    return interpolate(x, size, scale_factor, "nearest", channels_last=channels_last)
+
+
+def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
+                      channels_last: bool = False) -> jax.Array:
+    """``torch.nn.functional.upsample_bilinear``: :func:`interpolate` with
+    ``mode="bilinear"`` and ``align_corners=True``.
+
+    Example:
+      >>> jaxpool.upsample_bilinear(jnp.ones((2, 8, 5, 5)), size=9).shape
+      (2, 8, 9, 9)
+    """
+    return interpolate(x, size, scale_factor, "bilinear", True, channels_last=channels_last)
+
+
+def _factor(op: str, name: str, value) -> int:
+    factor = _checks.as_int(name, value, value, "a positive int")
+    if factor < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+    return factor
+
+
+def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = False
+                  ) -> jax.Array:
+    """Move channels into space, as ``torch.nn.functional.pixel_shuffle``.
+
+    ``[*, C*r*r, H, W] -> [*, C, H*r, W*r]`` with ``r = upscale_factor``: channel
+    ``c*r*r + i*r + j`` at ``(h, w)`` goes to ``(c, h*r + i, w*r + j)``. With
+    ``channels_last``, ``[*, H, W, C*r*r] -> [*, H*r, W*r, C]`` in the same order. Every
+    value is copied (any dtype).
+
+    Example:
+      >>> jaxpool.pixel_shuffle(jnp.ones((2, 27, 8, 8)), 3).shape
+      (2, 3, 24, 24)
+    """
+    array = _static("pixel_shuffle", x)
+    channels_last = _checks.check_channels_last(channels_last)
+    r = _factor("pixel_shuffle", "upscale_factor", upscale_factor)
+    shape = tuple(array.shape)
+    if len(shape) < 3:
+        raise ValueError(f"pixel_shuffle expects x of rank 3 or more ([*, C, H, W]), got "
+                         f"shape {shape}")
+    c = shape[-1] if channels_last else shape[-3]
+    if c % (r * r):
+        raise ValueError(f"pixel_shuffle: the channel count {c} (shape {shape}) must be "
+                         f"divisible by upscale_factor**2 = {r * r}")
+    return _shuffle(jnp.asarray(array), r, channels_last)
+
+
+def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False
+                    ) -> jax.Array:
+    """Move space into channels, as ``torch.nn.functional.pixel_unshuffle``, the inverse
+    of :func:`pixel_shuffle`.
+
+    ``[*, C, H*r, W*r] -> [*, C*r*r, H, W]`` with ``r = downscale_factor``; with
+    ``channels_last``, ``[*, H*r, W*r, C] -> [*, H, W, C*r*r]``. Every value is copied
+    (any dtype).
+
+    Example:
+      >>> jaxpool.pixel_unshuffle(jnp.ones((2, 3, 24, 24)), 3).shape
+      (2, 27, 8, 8)
+    """
+    array = _static("pixel_unshuffle", x)
+    channels_last = _checks.check_channels_last(channels_last)
+    r = _factor("pixel_unshuffle", "downscale_factor", downscale_factor)
+    shape = tuple(array.shape)
+    if len(shape) < 3:
+        raise ValueError(f"pixel_unshuffle expects x of rank 3 or more ([*, C, H, W]), got "
+                         f"shape {shape}")
+    h, w = shape[-3:-1] if channels_last else shape[-2:]
+    if h % r or w % r:
+        raise ValueError(f"pixel_unshuffle: the spatial extents {(h, w)} (shape {shape}) "
+                         f"must be divisible by downscale_factor = {r}")
+    return _unshuffle(jnp.asarray(array), r, channels_last)
+
+
+_shuffle = jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2))
+_unshuffle = jax.jit(_resample.pixel_unshuffle, static_argnums=(1, 2))

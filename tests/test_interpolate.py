@@ -1,0 +1,264 @@
+"""interpolate against torch: the per-axis taps and weights (plain Python, every mode, small
+extents swept), the JAX strategies' values, NaN and inf, half precision, layouts and the
+transforms' bits."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jaxpool
+from jaxpool import sampling
+from jaxpool.sampling import plan_interpolate
+
+MODE_RANKS = [("nearest", 1), ("nearest", 2), ("nearest", 3), ("nearest-exact", 1),
+              ("nearest-exact", 2), ("nearest-exact", 3), ("linear", 1), ("bilinear", 2),
+              ("trilinear", 3), ("bicubic", 2), ("bilinear-aa", 2), ("bicubic-aa", 2)]
+SCALES = (0.29, 0.5, 0.7, 0.999, 1.0, 1.1, 1.3, 1.7, 2.0, 2.1, 2.5, 3.0, 1 / 3)
+
+
+def _kwargs(mode: str, align_corners):
+    base, aa = mode.removesuffix("-aa"), mode.endswith("-aa")
+    return {"mode": base, "align_corners": align_corners, "antialias": aa}
+
+
+def plan_calls(extents=range(1, 6)):
+    """Every (mode, rank, align_corners, n, size or scale) of the sweep."""
+    for mode, ndim in MODE_RANKS:
+        corners = [None] if mode.startswith("nearest") else [False, True]
+        for align_corners, n in itertools.product(corners, extents):
+            for k in range(1, 2 * max(extents) + 3):
+                yield mode, ndim, align_corners, n, {"size": (k,) * ndim}
+            for s, recompute in itertools.product(SCALES, (False, True)):
+                if int(n * s) >= 1:
+                    yield mode, ndim, align_corners, n, {"scale_factor": s,
+                                                         "recompute_scale_factor": recompute}
+
+
+ALL_PLAN_CALLS = list(plan_calls())
+
+
+def evaluate(plan, x: np.ndarray) -> np.ndarray:
+    """A plan applied with NumPy, in ``x``'s dtype: each output the sum of its products in
+    tap order (the reference for the plans, not for the JAX code)."""
+    for axis, axis_plan in reversed(list(zip(plan.spatial_axes, plan.axes))):
+        moved = np.moveaxis(x, axis, -1)
+        out = np.empty(moved.shape[:-1] + (axis_plan.out_size,), x.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for i, (taps, weights) in enumerate(zip(axis_plan.taps, axis_plan.weights)):
+                terms = [moved[..., j] if axis_plan.copies else moved[..., j] * x.dtype.type(w)
+                         for j, w in zip(taps, weights)]
+                total = terms[0]
+                for term in terms[1:]:
+                    total = total + term
+                out[..., i] = total
+        x = np.moveaxis(out, -1, axis)
+    return x
+
+
+def _check_plans(calls, dtype):
+    rng = np.random.default_rng(0)
+    failures = []
+    for mode, ndim, align_corners, n, kwargs in calls:
+        x = rng.standard_normal((1, 2) + (n,) * ndim).astype(dtype)
+        kw = {**_kwargs(mode, align_corners), **kwargs}
+        expected = F.interpolate(torch.from_numpy(x), **kw).numpy()
+        _, plan = plan_interpolate("interpolate", x.shape, x.dtype, **kw)
+        actual = evaluate(plan, x)
+        if mode.startswith("nearest"):
+            ok = np.array_equal(actual, expected)
+        else:
+            tol = 1e-12 if dtype == np.float64 else 1e-5
+            ok = np.allclose(actual, expected, rtol=tol, atol=tol)
+        if not ok:
+            failures.append((mode, ndim, align_corners, n, kwargs))
+    assert not failures, f"{len(failures)} of {len(calls)} plans differ: {failures[:10]}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_plans_match_torch_spread(dtype):
+    """Taps and weights as torch computes them, on a spread of the sweep (each mode and
+    rank, both dtypes: the nearest taps depend on the dtype in 1d and 3d)."""
+    _check_plans(ALL_PLAN_CALLS[(0 if dtype == np.float32 else 3)::7], dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_plans_match_torch_all(dtype):
+    _check_plans(ALL_PLAN_CALLS, dtype)
+
+
+def test_nearest_rules_differ_where_torch_does():
+    """torch's 1d/3d forward and its 2d forward (nearest_idx) pick different taps when the
+    extent is unchanged or doubled by a scale factor that is not 1 or 2, and the 1d/3d
+    taps depend on the dtype: the plans must too (the sweep above checks each against
+    torch)."""
+    kernel = sampling.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=True)
+    idx = sampling.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=False)
+    assert kernel.taps != idx.taps
+    x = torch.arange(5.0).reshape(1, 1, 5)
+    assert F.interpolate(x, scale_factor=1.1).flatten().tolist() == [t[0] for t in kernel.taps]
+
+
+# --- the JAX side ------------------------------------------------------------------------------
+
+# One case per strategy and mode: (input shape, kwargs, channels_last)
+CASES = {
+    "nearest x2 (repeat)": ((2, 3, 6, 5), {"scale_factor": 2}),
+    "nearest 1d ragged (phases, copies)": ((2, 3, 7), {"size": 17}),
+    "nearest 3d scale 1.7 (runs)": ((1, 2, 3, 4, 5), {"scale_factor": 1.7}),
+    "nearest-exact 2d down": ((2, 3, 9, 10), {"size": (4, 3), "mode": "nearest-exact"}),
+    "bilinear x2 (phases)": ((2, 3, 12, 11), {"scale_factor": 2, "mode": "bilinear"}),
+    "bilinear x8 (phases)": ((1, 2, 6, 5), {"scale_factor": 8, "mode": "bilinear"}),
+    "bilinear align_corners (matrix)": ((2, 3, 9, 10), {"scale_factor": 2, "mode": "bilinear",
+                                                        "align_corners": True}),
+    "bilinear same size (nonfinite-to-nan)": ((2, 3, 6, 7), {"size": (6, 9), "mode": "bilinear"}),
+    "linear 1d down": ((2, 3, 30), {"size": 11, "mode": "linear"}),
+    "trilinear": ((1, 2, 3, 4, 5), {"size": (5, 3, 8), "mode": "trilinear"}),
+    "bicubic (matrix)": ((2, 3, 7, 8), {"size": (11, 5), "mode": "bicubic"}),
+    "bicubic x2 (phases)": ((1, 2, 12, 12), {"scale_factor": 2, "mode": "bicubic"}),
+    "bilinear antialias down": ((2, 3, 20, 17), {"size": (7, 6), "mode": "bilinear",
+                                                 "antialias": True}),
+    "bicubic antialias": ((2, 3, 15, 9), {"size": (4, 12), "mode": "bicubic",
+                                          "antialias": True}),
+    "area": ((2, 3, 10, 7), {"size": (4, 3), "mode": "area"}),
+}
+
+
+def _torch(x: np.ndarray, kwargs, channels_last=False):
+    t = torch.from_numpy(x)
+    if channels_last:
+        t = t.movedim(-1, 1)
+        return F.interpolate(t, **kwargs).movedim(1, -1).numpy()
+    return F.interpolate(t, **kwargs).numpy()
+
+
+def test_every_strategy_has_a_case():
+    strategies = set()
+    for shape, kwargs in CASES.values():
+        _, plan = plan_interpolate("", shape, np.float64, **kwargs)
+        if plan is not None:
+            strategies |= set(plan.strategies)
+    assert strategies == set(sampling.SAMPLING_STRATEGIES) - {"identity"}, strategies
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(CASES))
+def test_values_match_torch(name, rng):
+    shape, kwargs = CASES[name]
+    for dtype in (np.float64, np.float32):
+        x = rng.standard_normal(shape).astype(dtype)
+        actual = np.asarray(jaxpool.interpolate(x, **kwargs))
+        expected = _torch(x, kwargs)
+        assert actual.dtype == expected.dtype
+        if kwargs.get("mode", "nearest").startswith("nearest"):
+            np.testing.assert_array_equal(actual, expected)
+        else:
+            tol = 1e-12 if dtype == np.float64 else 1e-5
+            np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+def _nonfinite_input(shape, rng, dtype=np.float64):
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    where = rng.choice(flat.size, size=max(3, flat.size // 12), replace=False)
+    flat[where] = rng.choice([np.inf, -np.inf, np.nan], size=where.size)
+    return x
+
+
+def _assert_same_nonfinite(actual, expected, tol):
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        mismatch = test(actual) != test(expected)
+        assert not mismatch.any(), f"{test.__name__}: {int(mismatch.sum())} elements differ"
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=tol, atol=tol)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(CASES))
+def test_nonfinite_where_torch_puts_them(name, rng):
+    """NaN and inf in the input reach the outputs torch's do: the outputs that read them,
+    with a zero weight too (``0 * inf`` is NaN in torch's kernels)."""
+    shape, kwargs = CASES[name]
+    x = _nonfinite_input(shape, rng)
+    _assert_same_nonfinite(np.asarray(jaxpool.interpolate(x, **kwargs)), _torch(x, kwargs),
+                           1e-12)
+
+
+@pytest.mark.usefixtures("x64")
+def test_an_inf_at_a_zero_weight_is_nan_as_in_torch():
+    x = np.array([[[1.0, np.inf, 3.0, 4.0]]])
+    for kwargs in ({"size": 4, "mode": "linear"}, {"size": 8, "mode": "linear"},
+                   {"size": 7, "mode": "linear", "align_corners": True}):
+        expected = _torch(x, kwargs)
+        assert np.isnan(expected).any()
+        _assert_same_nonfinite(np.asarray(jaxpool.interpolate(x, **kwargs)), expected, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_as_torch(dtype, rng):
+    """Half precision computes in float32 and rounds once; torch rounds its weights and
+    partial sums to half precision, so the interpolating modes agree to about one half
+    ulp of the values; the nearest modes copy, bit for bit."""
+    tdtype = getattr(torch, dtype)
+    for name in ("nearest 1d ragged (phases, copies)", "nearest x2 (repeat)",
+                 "bilinear x2 (phases)", "bilinear align_corners (matrix)", "bicubic (matrix)",
+                 "trilinear", "area"):
+        shape, kwargs = CASES[name]
+        t = torch.randn(shape).to(tdtype)
+        x = jnp.asarray(t.float().numpy()).astype(dtype)
+        actual = np.asarray(jaxpool.interpolate(x, **kwargs).astype(jnp.float32))
+        expected = F.interpolate(t, **kwargs).float().numpy()
+        if kwargs.get("mode", "nearest") == "nearest":
+            np.testing.assert_array_equal(actual, expected)
+        else:
+            eps = 2.0 ** (-10 if dtype == "float16" else -7)
+            np.testing.assert_allclose(actual, expected, rtol=4 * eps, atol=4 * eps)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", ["bilinear x2 (phases)", "bicubic (matrix)",
+                                  "nearest 3d scale 1.7 (runs)", "area"])
+def test_channels_last_is_the_transposed_call(name, rng):
+    shape, kwargs = CASES[name]
+    x = rng.standard_normal(shape)
+    moved = np.moveaxis(x, 1, -1)
+    actual = np.asarray(jaxpool.interpolate(moved, **kwargs, channels_last=True))
+    np.testing.assert_allclose(actual, np.moveaxis(_torch(x, kwargs), 1, -1), rtol=1e-12,
+                               atol=1e-12)
+
+
+# One case per strategy in the default run (each transform compiles a program of its own).
+TRANSFORM_CASES = ["nearest x2 (repeat)", "nearest 1d ragged (phases, copies)",
+                   "nearest 3d scale 1.7 (runs)", "bilinear x2 (phases)",
+                   "bilinear align_corners (matrix)", "bilinear same size (nonfinite-to-nan)"]
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=() if name in TRANSFORM_CASES else pytest.mark.slow)
+    for name in CASES])
+def test_transforms_never_change_a_value(name, rng):
+    """The same bits, zero signs included, plain, under jit, vmap, jvp, vjp and grad."""
+    shape, kwargs = CASES[name]
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::5] = -0.0
+    x.reshape(-1)[1::7] = np.inf
+    f = lambda a: jaxpool.interpolate(a, **kwargs)  # noqa: E731
+    plain = np.asarray(f(x))
+    ones = jnp.ones_like(x)
+    results = {
+        "jit": jax.jit(f)(x),
+        "vmap": jax.vmap(lambda a: f(a[None])[0])(x),
+        "jvp": jax.jvp(f, (x,), (ones,))[0],
+        "vjp": jax.vjp(f, x)[0],
+        "linearize": jax.linearize(f, x)[0],
+    }
+    for how, value in results.items():
+        value = np.asarray(value)
+        assert value.tobytes() == plain.tobytes(), f"{how} changes bits"
