@@ -89,10 +89,11 @@ def _max_of_axis(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_in
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
         picked = _picked(x, axis, plan)
-        # The one-hot sum of x is the walk's value exactly (every other term is -0.0), and
-        # it keeps the derivative for higher orders.
-        out = jnp.sum(jnp.where(picked, x, jnp.asarray(-0.0, x.dtype)), axis, keepdims=True)
-        return out, jnp.sum(jnp.where(picked, t, jnp.zeros((), t.dtype)), axis, keepdims=True)
+        # The values are the plain call's, bits and all (a sum starts from +0.0, so a
+        # one-hot sum would turn a picked -0.0 into +0.0); calling ``pool`` again keeps
+        # this rule for higher orders.
+        return pool(x), jnp.sum(jnp.where(picked, t, jnp.zeros((), t.dtype)), axis,
+                                keepdims=True)
 
     values = pool(x)
     if not with_indices:
@@ -158,8 +159,18 @@ def _tap(x, axis: int, coords: np.ndarray, real: np.ndarray, step: int, fill):
     tap, not the input, lets XLA fuse it into the walk instead of writing a padded copy of
     the input (ResNet stem channels-last forward: three passes over memory -> two)."""
     first, last = int(real.argmax()), len(real) - 1 - int(real[::-1].argmax())
-    tap = lax.slice_in_dim(x, int(coords[first]), int(coords[last]) + 1, step, axis)
+    tap = _strided(x, axis, int(coords[first]), last - first + 1, step)
     return pad_axis(tap, axis, first, len(real) - 1 - last, fill)
+
+
+def _strided(x, axis: int, start: int, count: int, step: int):
+    """Elements ``start, start + step, ...`` (``count`` of them) along ``axis``. A step of
+    0 (adaptive windows from an axis of one element, which all start at it) broadcasts the
+    one element."""
+    if step == 0 or count == 1:
+        one = lax.slice_in_dim(x, start, start + 1, axis=axis)
+        return jnp.broadcast_to(one, one.shape[:axis] + (count,) + one.shape[axis + 1:])
+    return lax.slice_in_dim(x, start, start + (count - 1) * step + 1, step, axis)
 
 
 def _replaces(right, left):
@@ -214,10 +225,9 @@ class _DoublingTables:
                 continue
             values, index = self._level(k)
             start = family.start + offset * self.dilation
-            stop = start + (family.count - 1) * family.step + 1
-            span = lax.slice_in_dim(values, start, stop, family.step, self.axis)
+            span = _strided(values, self.axis, start, family.count, family.step)
             span_index = (None if index is None
-                          else lax.slice_in_dim(index, start, stop, family.step, self.axis))
+                          else _strided(index, self.axis, start, family.count, family.step))
             if best is None:
                 best, winner = span, span_index
             else:

@@ -196,3 +196,78 @@ def test_lp_pool_half_precision_rounds_once(dtype, rng):
 def test_lp_pool_rejects_a_bad_norm_type(norm_type, error):
     with pytest.raises(error, match="norm_type"):
         jaxpool.lp_pool2d(jnp.ones((1, 1, 4, 4)), norm_type, 2)
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _under_every_transform(fn, x):
+    """``fn(x)`` computed plainly and under jit, jvp, vjp, grad (the value of
+    value_and_grad), linearize and vmap (over a new leading axis)."""
+    t = jnp.ones_like(x)
+    return {
+        "plain": fn(x),
+        "jit": jax.jit(fn)(x),
+        "jvp": jax.jvp(fn, (x,), (t,))[0],
+        "vjp": jax.vjp(fn, x)[0],
+        "grad": jax.grad(lambda a: (fn(a).sum(), fn(a)), has_aux=True)(x)[1],
+        "linearize": jax.linearize(fn, x)[0],
+        "vmap": jax.vmap(fn)(x[None])[0],
+        "jvp of vjp": jax.jvp(lambda a: jax.vjp(fn, a)[0], (x,), (t,))[0],
+    }
+
+
+# Windows covering a whole axis (global, adaptive -> 1, a kernel as long as the axis), in
+# every max strategy (walk, doubling spans), beside windows that do not.
+SIGN_CASES = {
+    "adaptive 2x3 -> 1": (lambda a: jaxpool.adaptive_max_pool2d(a, 1),
+                          lambda t: F.adaptive_max_pool2d(t, 1), (1, 2, 2, 3)),
+    "global": (lambda a: jaxpool.global_max_pool(a), lambda t: t.amax((2, 3)), (1, 3, 2, 3)),
+    "adaptive 1d -> 1": (lambda a: jaxpool.adaptive_max_pool1d(a, 1),
+                         lambda t: F.adaptive_max_pool1d(t, 1), (2, 3, 5)),
+    "kernel (2, 3) on 2x3": (lambda a: jaxpool.max_pool2d(a, (2, 3)),
+                             lambda t: F.max_pool2d(t, (2, 3)), (1, 3, 2, 3)),
+    "adaptive 40 -> 1 (doubling)": (lambda a: jaxpool.adaptive_max_pool1d(a, 1),
+                                    lambda t: F.adaptive_max_pool1d(t, 1), (2, 3, 40)),
+    "adaptive (40, 19) -> (2, 1)": (lambda a: jaxpool.adaptive_max_pool2d(a, (2, 1)),
+                                    lambda t: F.adaptive_max_pool2d(t, (2, 1)), (1, 2, 40, 19)),
+    "3x3 s2 p1": (lambda a: jaxpool.max_pool2d(a, 3, 2, 1),
+                  lambda t: F.max_pool2d(t, 3, 2, 1), (1, 2, 5, 6)),
+    "adaptive 3d -> 1, channels-last": (
+        lambda a: jaxpool.adaptive_max_pool3d(a, 1, channels_last=True),
+        lambda t: F.adaptive_max_pool3d(t.permute(0, 4, 1, 2, 3), 1).permute(0, 2, 3, 4, 1),
+        (1, 2, 3, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(SIGN_CASES))
+def test_a_transform_never_changes_a_zeros_sign(name, rng):
+    """Inputs of signed zeros (and a few negatives): every window's pick is a zero whose
+    sign is torch's, plainly and under every transform."""
+    fn, torch_fn, shape = SIGN_CASES[name]
+    x = np.where(rng.random(shape) < 0.5, -0.0, 0.0)
+    x[rng.random(shape) < 0.2] = -0.5
+    x[0, 0] = x[..., 0] = -0.0   # channel 0 in either layout: its picks are -0.0
+    expected = torch_fn(torch.tensor(x)).numpy()
+    assert np.signbit(expected).any() and (expected == 0).all()
+    for transform, got in _under_every_transform(fn, jnp.asarray(x)).items():
+        np.testing.assert_array_equal(_bits(got), _bits(expected), err_msg=transform)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("output_size", [2, 3, 5])
+def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
+    """Every window of an axis of extent 1 holds its one element: values, indices and the
+    gradient as torch's, along each axis in turn, in both layouts."""
+    for axis in range(ndim):
+        shape = [1, 2] + [4] * ndim
+        shape[2 + axis] = 1
+        sizes = [None] * ndim
+        sizes[axis] = output_size
+        x = _inputs(tuple(shape), rng)["integers"]
+        channels_last = bool(axis % 2)
+        _check(lambda a: ADAPTIVE_MAX[ndim](a, tuple(sizes), True, channels_last=channels_last),
+               lambda t: TORCH_ADAPTIVE_MAX[ndim](t, tuple(sizes), True), x, ndim,
+               channels_last, rng)
