@@ -411,3 +411,398 @@ class GlobalMaxPool(_GlobalPool):
     """
 
     function = staticmethod(jaxpool.global_max_pool)
+
+
+# --- unpooling and padding -----------------------------------------------------------------
+
+from jaxpool import _checks  # noqa: E402
+from jaxpool.padding import PadMode  # noqa: E402
+
+
+class Unpool(Pool):
+    """What the unpooling descriptions share: the call takes the max pool's indices, and
+    ``output_size`` as torch.nn.MaxUnpool's forward does."""
+
+    kernel_size: Size
+    stride: Size | None
+    padding: Size
+    channels_last: bool
+
+    def __call__(self, x: ArrayLike, indices: ArrayLike,  # type: ignore[override]
+                 output_size: Any = None) -> Any:
+        """Unpools ``x`` with the ``indices`` of the matching max pool (layout and result as
+        in the class docstring)."""
+        return self.function(x, indices, self.kernel_size, self.stride, self.padding,
+                             output_size, channels_last=self.channels_last)
+
+
+class Pad(Pool):
+    """What the padding descriptions share: torch.nn's ``padding`` (an int for every side,
+    or ``(left, right)``, ``(left, right, top, bottom)``, ``(left, right, top, bottom,
+    front, back)``: the last spatial axis first, as ``F.pad``), on the spatial axes of the
+    layout ``channels_last`` names."""
+
+    mode: ClassVar[PadMode]
+    ndim: ClassVar[int]
+    function = staticmethod(jaxpool.pad)
+    padding: Size
+    channels_last: bool
+
+    def __call__(self, x: ArrayLike) -> Any:
+        """Pads ``x`` (layout and result as in the class docstring)."""
+        pairs = _checks.int_tuple("padding", self.padding, 2 * self.ndim,
+                                  minimum=-_checks.INT_MAX, repeat_single=False)
+        value = getattr(self, "value", None) if self.mode == "constant" else None
+        return jaxpool.pad(x, pairs, self.mode, value, channels_last=self.channels_last)
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _MaxUnpool(Unpool):
+    """Max unpooling: torch.nn.MaxUnpool's fields (see ``jaxpool.max_unpool2d``)."""
+
+    kernel_size: Size
+    stride: Size | None = None  # None (or 0, or empty): kernel_size
+    padding: Size = 0
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _Pad(Pad):
+    """Padding by one of F.pad's copying modes: torch.nn's ``padding``."""
+
+    padding: Size
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _ConstantPad(Pad):
+    """Constant padding: torch.nn.ConstantPad's ``padding`` and ``value``."""
+
+    mode = "constant"
+    padding: Size
+    value: float
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _ZeroPad(Pad):
+    """Zero padding: torch.nn.ZeroPad's ``padding``."""
+
+    mode = "constant"
+    padding: Size
+    channels_last: bool = True
+    value: ClassVar[float] = 0.0
+
+
+class MaxUnpool1d(_MaxUnpool):
+    """1d max unpooling, as ``torch.nn.MaxUnpool1d(kernel_size, stride, padding)``; called
+    as ``unpool(x, indices, output_size=None)`` with the matching max pool's indices.
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``; the output has the same layout, L unpooled as in
+    ``jaxpool.max_unpool1d`` (each index inside its own window).
+
+        >>> x = jnp.arange(16.0).reshape(1, 8, 2)
+        >>> values, indices = jaxpool.linen.MaxPool1d(2, return_indices=True).apply({}, x)
+        >>> jaxpool.linen.MaxUnpool1d(2).apply({}, values, indices).shape
+        (1, 8, 2)
+        >>> jaxpool.nnx.MaxUnpool1d(2)(values, indices, output_size=(9,)).shape
+        (1, 9, 2)
+    """
+
+    function = staticmethod(jaxpool.max_unpool1d)
+
+
+class MaxUnpool2d(_MaxUnpool):
+    """2d max unpooling, as ``torch.nn.MaxUnpool2d(kernel_size, stride, padding)``; called
+    as ``unpool(x, indices, output_size=None)`` with the matching max pool's indices
+    (SegNet's decoder).
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``; the output has the same layout, H and W
+    unpooled as in ``jaxpool.max_unpool2d`` (each index inside its own window).
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> values, indices = jaxpool.nnx.MaxPool2d(2, return_indices=True)(x)
+        >>> jaxpool.linen.MaxUnpool2d(2).apply({}, values, indices).shape
+        (2, 8, 8, 3)
+        >>> jaxpool.nnx.MaxUnpool2d(2)(values, indices).shape
+        (2, 8, 8, 3)
+    """
+
+    function = staticmethod(jaxpool.max_unpool2d)
+
+
+class MaxUnpool3d(_MaxUnpool):
+    """3d max unpooling, as ``torch.nn.MaxUnpool3d(kernel_size, stride, padding)``; called
+    as ``unpool(x, indices, output_size=None)`` with the matching max pool's indices.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``; the output has the
+    same layout, D, H and W unpooled as in ``jaxpool.max_unpool3d``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> values, indices = jaxpool.nnx.MaxPool3d(2, return_indices=True)(x)
+        >>> jaxpool.linen.MaxUnpool3d(2).apply({}, values, indices).shape
+        (1, 4, 4, 4, 2)
+        >>> jaxpool.nnx.MaxUnpool3d(2)(values, indices).shape
+        (1, 4, 4, 4, 2)
+    """
+
+    function = staticmethod(jaxpool.max_unpool3d)
+
+
+class ReflectionPad1d(_Pad):
+    """1d reflection padding, as ``torch.nn.ReflectionPad1d(padding)``: ``padding`` an int
+    or ``(left, right)``, each smaller than L.
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``: L padded as ``jaxpool.pad(x, padding, "reflect")``.
+
+        >>> x = jnp.arange(4.0).reshape(1, 4, 1)
+        >>> jaxpool.linen.ReflectionPad1d((2, 1)).apply({}, x)[0, :, 0]
+        Array([2., 1., 0., 1., 2., 3., 2.], dtype=float32)
+        >>> jaxpool.nnx.ReflectionPad1d(3)(x).shape
+        (1, 10, 1)
+    """
+
+    mode, ndim = "reflect", 1
+
+
+class ReflectionPad2d(_Pad):
+    """2d reflection padding, as ``torch.nn.ReflectionPad2d(padding)`` (CycleGAN's
+    generators): ``padding`` an int or ``(left, right, top, bottom)``, each smaller than its
+    axis.
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``: W padded by the first pair, H by the second.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.ReflectionPad2d(3).apply({}, x).shape
+        (2, 14, 14, 3)
+        >>> jaxpool.nnx.ReflectionPad2d((1, 1, 2, 0))(x).shape
+        (2, 10, 10, 3)
+    """
+
+    mode, ndim = "reflect", 2
+
+
+class ReflectionPad3d(_Pad):
+    """3d reflection padding, as ``torch.nn.ReflectionPad3d(padding)``: ``padding`` an int or
+    ``(left, right, top, bottom, front, back)``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> jaxpool.linen.ReflectionPad3d(1).apply({}, x).shape
+        (1, 6, 6, 6, 2)
+        >>> jaxpool.nnx.ReflectionPad3d((1, 0, 0, 0, 2, 2))(x).shape
+        (1, 8, 4, 5, 2)
+    """
+
+    mode, ndim = "reflect", 3
+
+
+class ReplicationPad1d(_Pad):
+    """1d replication padding, as ``torch.nn.ReplicationPad1d(padding)``: the edge element
+    repeated; ``padding`` an int or ``(left, right)`` (negative: crop).
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``.
+
+        >>> x = jnp.arange(3.0).reshape(1, 3, 1)
+        >>> jaxpool.linen.ReplicationPad1d((2, 1)).apply({}, x)[0, :, 0]
+        Array([0., 0., 0., 1., 2., 2.], dtype=float32)
+        >>> jaxpool.nnx.ReplicationPad1d(1)(x).shape
+        (1, 5, 1)
+    """
+
+    mode, ndim = "replicate", 1
+
+
+class ReplicationPad2d(_Pad):
+    """2d replication padding, as ``torch.nn.ReplicationPad2d(padding)``: ``padding`` an
+    int or ``(left, right, top, bottom)``.
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.ReplicationPad2d(2).apply({}, x).shape
+        (2, 12, 12, 3)
+        >>> jaxpool.nnx.ReplicationPad2d((0, 1, 0, 1), channels_last=False)(x).shape
+        (2, 8, 9, 4)
+    """
+
+    mode, ndim = "replicate", 2
+
+
+class ReplicationPad3d(_Pad):
+    """3d replication padding, as ``torch.nn.ReplicationPad3d(padding)``: ``padding`` an
+    int or ``(left, right, top, bottom, front, back)``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> jaxpool.linen.ReplicationPad3d(1).apply({}, x).shape
+        (1, 6, 6, 6, 2)
+        >>> jaxpool.nnx.ReplicationPad3d(2)(x).shape
+        (1, 8, 8, 8, 2)
+    """
+
+    mode, ndim = "replicate", 3
+
+
+class CircularPad1d(_Pad):
+    """1d circular padding, as ``torch.nn.CircularPad1d(padding)``: wrapped around;
+    ``padding`` an int or ``(left, right)``, each at most L.
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``.
+
+        >>> x = jnp.arange(3.0).reshape(1, 3, 1)
+        >>> jaxpool.linen.CircularPad1d((2, 1)).apply({}, x)[0, :, 0]
+        Array([1., 2., 0., 1., 2., 0.], dtype=float32)
+        >>> jaxpool.nnx.CircularPad1d(3)(x).shape
+        (1, 9, 1)
+    """
+
+    mode, ndim = "circular", 1
+
+
+class CircularPad2d(_Pad):
+    """2d circular padding, as ``torch.nn.CircularPad2d(padding)``: ``padding`` an int or
+    ``(left, right, top, bottom)``.
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.CircularPad2d(1).apply({}, x).shape
+        (2, 10, 10, 3)
+        >>> jaxpool.nnx.CircularPad2d((1, 2, 0, 0))(x).shape
+        (2, 8, 11, 3)
+    """
+
+    mode, ndim = "circular", 2
+
+
+class CircularPad3d(_Pad):
+    """3d circular padding, as ``torch.nn.CircularPad3d(padding)``: ``padding`` an int or
+    ``(left, right, top, bottom, front, back)``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> jaxpool.linen.CircularPad3d(1).apply({}, x).shape
+        (1, 6, 6, 6, 2)
+        >>> jaxpool.nnx.CircularPad3d(2)(x).shape
+        (1, 8, 8, 8, 2)
+    """
+
+    mode, ndim = "circular", 3
+
+
+class ZeroPad1d(_ZeroPad):
+    """1d zero padding, as ``torch.nn.ZeroPad1d(padding)``: ``padding`` an int or
+    ``(left, right)`` (negative: crop).
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 5, 3))
+        >>> jaxpool.linen.ZeroPad1d(2).apply({}, x).shape
+        (2, 9, 3)
+        >>> jaxpool.nnx.ZeroPad1d((-1, 1))(x).shape
+        (2, 5, 3)
+    """
+
+    ndim = 1
+
+
+class ZeroPad2d(_ZeroPad):
+    """2d zero padding, as ``torch.nn.ZeroPad2d(padding)``: ``padding`` an int or
+    ``(left, right, top, bottom)`` (negative: crop).
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.ZeroPad2d(1).apply({}, x).shape
+        (2, 10, 10, 3)
+        >>> jaxpool.nnx.ZeroPad2d((0, 0, -2, 1))(x).shape
+        (2, 7, 8, 3)
+    """
+
+    ndim = 2
+
+
+class ZeroPad3d(_ZeroPad):
+    """3d zero padding, as ``torch.nn.ZeroPad3d(padding)``: ``padding`` an int or
+    ``(left, right, top, bottom, front, back)``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> jaxpool.linen.ZeroPad3d(1).apply({}, x).shape
+        (1, 6, 6, 6, 2)
+        >>> jaxpool.nnx.ZeroPad3d((1, 1, 0, 0, 0, 0))(x).shape
+        (1, 4, 4, 6, 2)
+    """
+
+    ndim = 3
+
+
+class ConstantPad1d(_ConstantPad):
+    """1d constant padding, as ``torch.nn.ConstantPad1d(padding, value)``: ``padding`` an int
+    or ``(left, right)`` (negative: crop).
+
+    ``[B, L, C]`` or ``[L, C]`` (channels-last, the default) or ``[B, C, L]`` / ``[C, L]``
+    with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 2, 1))
+        >>> jaxpool.linen.ConstantPad1d((1, 2), -1.0).apply({}, x)[0, :, 0]
+        Array([-1.,  1.,  1., -1., -1.], dtype=float32)
+        >>> jaxpool.nnx.ConstantPad1d(1, 3.5)(x).shape
+        (1, 4, 1)
+    """
+
+    ndim = 1
+
+
+class ConstantPad2d(_ConstantPad):
+    """2d constant padding, as ``torch.nn.ConstantPad2d(padding, value)``: ``padding`` an
+    int or ``(left, right, top, bottom)``.
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.ConstantPad2d(1, 0.5).apply({}, x).shape
+        (2, 10, 10, 3)
+        >>> jaxpool.nnx.ConstantPad2d((1, 0, 1, 0), -1.0)(x).shape
+        (2, 9, 9, 3)
+    """
+
+    ndim = 2
+
+
+class ConstantPad3d(_ConstantPad):
+    """3d constant padding, as ``torch.nn.ConstantPad3d(padding, value)``: ``padding`` an
+    int or ``(left, right, top, bottom, front, back)``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((1, 4, 4, 4, 2))
+        >>> jaxpool.linen.ConstantPad3d(1, 2.0).apply({}, x).shape
+        (1, 6, 6, 6, 2)
+        >>> jaxpool.nnx.ConstantPad3d(2, 0.0)(x).shape
+        (1, 8, 8, 8, 2)
+    """
+
+    ndim = 3

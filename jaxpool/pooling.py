@@ -650,3 +650,166 @@ adaptive_avg_pool = adaptive_avg_pool2d
 max_pool = max_pool2d
 adaptive_max_pool = adaptive_max_pool2d
 lp_pool = lp_pool2d
+
+
+# --- max unpooling: the transpose of the max-pool pick ------------------------------------
+
+from jaxpool import _unpool  # noqa: E402 (the unpooling family, after the pooling ops)
+from jaxpool.placement import UnpoolPlan, plan_max_unpool  # noqa: E402
+
+
+def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_size: Size,
+                stride: Size | None, padding: Size, output_size: Sequence[int] | None,
+                channels_last: bool) -> jax.Array:
+    values, index_array = _static(op, x), _static(op, indices)
+    plan = plan_max_unpool(op, values.shape, values.dtype, ndim, kernel_size, stride, padding,
+                           output_size, channels_last, index_array.shape, index_array.dtype)
+    index_array = jnp.asarray(index_array)
+    if not isinstance(index_array, jax.core.Tracer):
+        _check_placeable(op, plan, index_array)
+    return _unpool.max_unpool(plan, jnp.asarray(values), index_array)
+
+
+def _check_placeable(op: str, plan: UnpoolPlan, indices: jax.Array) -> None:
+    """Concrete indices that name no element of their own window: rejected, not dropped."""
+    count, first = (int(v) for v in _unpool.unplaced(plan, indices))
+    if count:
+        where = np.unravel_index(first, indices.shape)
+        value = int(np.asarray(indices).reshape(-1)[first])
+        extents = "x".join(str(p.in_size) for p in plan.axes)
+        raise ValueError(
+            f"{op}: {count} of {indices.size} indices name no element of their own window "
+            f"(the first, at {tuple(int(w) for w in where)}, is {value}; the unpooled planes "
+            f"are {extents}). max_unpool places each value inside the window of the max "
+            f"pool that made its index (same kernel_size, stride and padding): pass the "
+            f"indices of that max_pool call, or the same pooling arguments")
+
+
+def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
+                 stride: Size | None = None, padding: Size = 0,
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 ) -> jax.Array:
+    """1d max unpooling, as ``torch.nn.functional.max_unpool1d``: the partial inverse of
+    :func:`max_pool1d`.
+
+    The output is zero except where an index points: there it holds that window's value.
+    Each index must name an element of its own window (what ``max_pool1d(...,
+    return_indices=True)`` with the same arguments gives, jaxpool's or torch's); torch
+    accepts any element of the plane. Called eagerly, indices outside their window raise a
+    ValueError; under ``jit`` or ``vmap`` (traced indices) they cannot be checked and are
+    dropped: their values are not written. Where overlapping windows (``stride <
+    kernel_size``) name the same element, the last window (in row-major order) wins, as in
+    torch's CPU kernel. Derivatives are the transpose of these values (a dropped or
+    overwritten value gets no gradient; torch's backward gives every repeat the cotangent),
+    hold no scatter or gather, and every value is copied bit for bit.
+
+    Args:
+      x: ``[B, C, L]`` or ``[C, L]``; with ``channels_last``, ``[B, L, C]`` or ``[L, C]``.
+      indices: integer array of ``x``'s shape: each value's flat index in its output row.
+      kernel_size, stride, padding: the max pool's (an int or a 1-tuple); ``stride`` None
+        or 0 means ``kernel_size``.
+      output_size: the output's extent, as ``(L,)`` or a whole shape ``(B, C, L)``;
+        strictly within one stride of the default.
+      channels_last: channels after the spatial axis.
+
+    Returns:
+      ``x``'s layout and dtype; L becomes ``(L - 1)*stride - 2*padding + kernel_size``, or
+      ``output_size``.
+
+    Example:
+      >>> x = jnp.arange(8.0).reshape(1, 1, 8)
+      >>> values, indices = jaxpool.max_pool1d(x, 2, return_indices=True)
+      >>> jaxpool.max_unpool1d(values, indices, 2)
+      Array([[[0., 1., 0., 3., 0., 5., 0., 7.]]], dtype=float32)
+    """
+    return _max_unpool("max_unpool1d", 1, x, indices, kernel_size, stride, padding,
+                       output_size, channels_last)
+
+
+def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
+                 stride: Size | None = None, padding: Size = 0,
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 ) -> jax.Array:
+    """2d max unpooling, as ``torch.nn.functional.max_unpool2d`` (SegNet's decoder): the
+    partial inverse of :func:`max_pool2d`.
+
+    The output is zero except where an index points: there it holds that window's value.
+    Each index must name an element of its own window (what ``max_pool2d(...,
+    return_indices=True)`` with the same arguments gives, jaxpool's or torch's); torch
+    accepts any element of the plane. Called eagerly, indices outside their window raise a
+    ValueError; under ``jit`` or ``vmap`` (traced indices) they cannot be checked and are
+    dropped: their values are not written. Where overlapping windows (``stride <
+    kernel_size``) name the same element, the last window (in row-major order) wins, as in
+    torch's CPU kernel. Derivatives are the transpose of these values (a dropped or
+    overwritten value gets no gradient; torch's backward gives every repeat the cotangent),
+    hold no scatter or gather, and every value is copied bit for bit.
+
+    Args:
+      x: ``[B, C, H, W]`` or ``[C, H, W]``; with ``channels_last``, ``[B, H, W, C]`` or
+        ``[H, W, C]``.
+      indices: integer array of ``x``'s shape: each value's flat index ``h*W + w`` in its
+        output plane.
+      kernel_size, stride, padding: the max pool's (an int or one per spatial axis);
+        ``stride`` None or 0 means ``kernel_size``.
+      output_size: the output's spatial extents ``(H, W)``, or a whole shape
+        ``(B, C, H, W)``; each strictly within one stride of the default.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype; each spatial extent becomes
+      ``(n - 1)*stride - 2*padding + kernel_size``, or ``output_size``.
+
+    Example:
+      >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+      >>> values, indices = jaxpool.max_pool2d(x, 2, return_indices=True)
+      >>> jaxpool.max_unpool2d(values, indices, 2)[0, 0]
+      Array([[ 0.,  0.,  0.,  0.],
+             [ 0.,  5.,  0.,  7.],
+             [ 0.,  0.,  0.,  0.],
+             [ 0., 13.,  0., 15.]], dtype=float32)
+    """
+    return _max_unpool("max_unpool2d", 2, x, indices, kernel_size, stride, padding,
+                       output_size, channels_last)
+
+
+def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
+                 stride: Size | None = None, padding: Size = 0,
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 ) -> jax.Array:
+    """3d max unpooling, as ``torch.nn.functional.max_unpool3d``: the partial inverse of
+    :func:`max_pool3d`.
+
+    The output is zero except where an index points: there it holds that window's value.
+    Each index must name an element of its own window (what ``max_pool3d(...,
+    return_indices=True)`` with the same arguments gives, jaxpool's or torch's); torch
+    accepts any element of the volume. Called eagerly, indices outside their window raise
+    a ValueError; under ``jit`` or ``vmap`` (traced indices) they cannot be checked and are
+    dropped: their values are not written. Where overlapping windows (``stride <
+    kernel_size``) name the same element, the last window (in row-major order) wins, as in
+    torch's CPU kernel. Derivatives are the transpose of these values (a dropped or
+    overwritten value gets no gradient; torch's backward gives every repeat the cotangent),
+    hold no scatter or gather, and every value is copied bit for bit.
+
+    Args:
+      x: ``[B, C, D, H, W]`` or ``[C, D, H, W]``; with ``channels_last``,
+        ``[B, D, H, W, C]`` or ``[D, H, W, C]``.
+      indices: integer array of ``x``'s shape: each value's flat index
+        ``(d*H + h)*W + w`` in its output volume.
+      kernel_size, stride, padding: the max pool's (an int or one per spatial axis);
+        ``stride`` None or 0 means ``kernel_size``.
+      output_size: the output's spatial extents ``(D, H, W)``, or a whole shape; each
+        strictly within one stride of the default.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``x``'s layout and dtype; each spatial extent becomes
+      ``(n - 1)*stride - 2*padding + kernel_size``, or ``output_size``.
+
+    Example:
+      >>> x = jnp.ones((2, 8, 4, 4, 4))
+      >>> values, indices = jaxpool.max_pool3d(x, 2, return_indices=True)
+      >>> jaxpool.max_unpool3d(values, indices, 2).shape
+      (2, 8, 4, 4, 4)
+    """
+    return _max_unpool("max_unpool3d", 3, x, indices, kernel_size, stride, padding,
+                       output_size, channels_last)

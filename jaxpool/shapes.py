@@ -18,6 +18,7 @@ from jaxpool import _checks
 from jaxpool.pooling import OutputSize, Size
 from jaxpool.plan import (PoolPlan, plan_adaptive, plan_avg_pool, plan_global, plan_lp_pool,
                           plan_max_pool)
+from jaxpool.placement import plan_max_unpool, plan_pad
 
 Shape = Sequence[int]
 """A shape: a tuple, list or ``torch.Size`` of ints, such as ``x.shape`` (not ``x``)."""
@@ -408,3 +409,74 @@ def input_shape_from_output(output_shape: Shape, input_spatial: Size | None = No
                                 repeat_single=False)
     lead = (output_shape[0],) if batched else ()
     return lead + ((*extents, c) if channels_last else (c, *extents))
+
+
+# --- unpooling and padding ---------------------------------------------------------------
+
+def max_unpool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_unpool1d` (``input_shape``: the pooled values').
+
+    Returns:
+      The output shape, same layout: L becomes ``(L - 1)*stride - 2*padding + kernel_size``
+      or ``output_size``.
+
+    Example:
+      >>> jaxpool.shapes.max_unpool1d((8, 16, 50), 2)
+      (8, 16, 100)
+    """
+    return _unpool("max_unpool1d", 1, input_shape, kernel_size, stride, padding, output_size,
+                   channels_last)
+
+
+def max_unpool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_unpool2d` (``input_shape``: the pooled values').
+
+    Returns:
+      The output shape, same layout: each of H, W becomes
+      ``(n - 1)*stride - 2*padding + kernel_size`` or ``output_size``.
+
+    Example:
+      >>> jaxpool.shapes.max_unpool2d((8, 64, 112, 112), 2)
+      (8, 64, 224, 224)
+    """
+    return _unpool("max_unpool2d", 2, input_shape, kernel_size, stride, padding, output_size,
+                   channels_last)
+
+
+def max_unpool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.max_unpool3d` (``input_shape``: the pooled values').
+
+    Returns:
+      The output shape, same layout: each of D, H, W becomes
+      ``(n - 1)*stride - 2*padding + kernel_size`` or ``output_size``.
+
+    Example:
+      >>> jaxpool.shapes.max_unpool3d((2, 8, 4, 16, 16), 2, output_size=(9, 32, 32))
+      (2, 8, 9, 32, 32)
+    """
+    return _unpool("max_unpool3d", 3, input_shape, kernel_size, stride, padding, output_size,
+                   channels_last)
+
+
+def pad(input_shape: Shape, pad: Sequence[int], mode: str = "constant",
+        value: float | None = None, *, channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.pad`: each padded axis grows by ``lo + hi``.
+
+    Example:
+      >>> jaxpool.shapes.pad((8, 64, 128, 128), (3, 3, 3, 3), "reflect")
+      (8, 64, 134, 134)
+    """
+    return plan_pad(_input("pad", input_shape), pad, mode, value, channels_last).output_shape
+
+
+def _unpool(op: str, ndim: int, input_shape: Shape, kernel_size: Size, stride: Size | None,
+            padding: Size, output_size: Sequence[int] | None,
+            channels_last: bool) -> tuple[int, ...]:
+    return plan_max_unpool(op, _input(op, input_shape), None, ndim, kernel_size, stride,
+                           padding, output_size, channels_last).output_shape
