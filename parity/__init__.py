@@ -19,7 +19,8 @@ by layer comparison). ``python -m parity`` runs the jaxpool pooling suite
 
 from .compare import Call, assert_parity, compare, compare_errors
 from .convert import to_jax, to_numpy, to_torch
-from .layers import LayerRow, ModelReport, assert_model_parity, compare_layers
+from .layers import assert_model_parity, compare_layers
+from .model_report import LayerRow, ModelReport
 from .results import ParityError, Report, Row
 from .tolerances import DEFAULT_TOLERANCES
 from .weights import load_torch_weights, to_torch_weights

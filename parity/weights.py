@@ -4,15 +4,18 @@
     parity.load_torch_weights(torch_model, nnx_model)               # nnx: updated in place
     parity.to_torch_weights(variables_or_nnx_model, torch_model)    # back, in place
 
-Layers are paired by module order and shape: torch's modules in registration order (the
-order of ``state_dict``), Flax's in creation order (the order ``init`` returns the
-variables in; for nnx, attribute order; ``compare_layers`` uses the order the model calls
-its modules in). Each torch layer takes the first Flax layer, from
-where the previous pair left off, whose leaves its layout rule fills with the right
-shapes; ``name_map={torch module name: Flax module path}`` pairs layers by hand. Anything
-left over raises one ``ValueError`` listing every torch tensor left unmatched, every Flax
-leaf left unset and every shape that disagrees. Values are cast to the receiving side's
-dtype, as ``torch.nn.Module.load_state_dict`` does.
+Layers are paired by ``parity.pairing``: torch's in registration order (the order of
+``state_dict``), Flax's in the order the model calls its modules, when the model and an
+example input are given (``model=``, ``x=``; for nnx, ``x=`` alone). A variables dict's own
+order is never trusted (``jax.jit(init)``, ``tree_map`` and train steps return its keys
+sorted): without the model, only pairs that nothing else can make are made (equal names, or
+the one layer of the other side that fits by kind and shape), and a ValueError lists the
+layers left open with the ``name_map`` entries that would settle them.
+``name_map={torch module name: Flax module path}`` pairs layers by hand. Anything left over
+raises one ``ValueError`` listing every torch tensor left unmatched, every Flax leaf left
+unset and every shape that disagrees. Values are cast to the receiving side's dtype, as
+``torch.nn.Module.load_state_dict`` does (``compare_layers`` reports a weight rounded so,
+and runs on torch's own value).
 
 Layout rules (torch -> Flax):
 
@@ -49,8 +52,8 @@ import torch
 
 from .convert import to_jax, to_numpy, to_torch
 
-__all__ = ["LAYOUT_RULES", "Pair", "WeightMap", "fill", "load_torch_weights", "match_weights",
-           "to_torch_weights"]
+__all__ = ["LAYOUT_RULES", "FlaxLayer", "LayoutRule", "TorchLayer", "fill", "flax_layers",
+           "load_torch_weights", "to_torch_weights", "torch_layers"]
 
 
 # --------------------------------------------------------------------------- layout rules
@@ -292,147 +295,24 @@ def _flat(tree, path):
         yield path, tree
 
 
-# --------------------------------------------------------------------------- pairing
-
-
-@dataclasses.dataclass
-class Pair:
-    """A torch layer, the Flax layer it fills, and the rule that maps one onto the other."""
-
-    torch: TorchLayer
-    flax: FlaxLayer
-    rule: LayoutRule
-
-    def tensors(self):
-        """(torch tensor name, Flax leaf name) for each tensor of the pair."""
-        return [(t, self.rule.flax_leaf(t)) for t in self.torch.tensors]
-
-
-def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
-    """None if ``rule`` maps t's tensors to other leaf names than f has; else the leaves whose
-    shapes disagree (empty: every shape fits)."""
-    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
-        return None
-    diffs = []
-    for n, x in t.tensors.items():
-        want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
-        have = f.shape(rule.flax_leaf(n))
-        if want != have:
-            diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
-                         f"{tuple(x.shape)} vs {have} in Flax")
-    return diffs
-
-
-def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
-    if f.module is not None and not any(c.__name__ in rule.flax_types
-                                        for c in type(f.module).__mro__):
-        return False
-    if "weight" in t.tensors and t.tensors["weight"].ndim not in rule.weight_ndims:
-        return False
-    if rule.kind.startswith("conv_transpose") and f.module is not None:
-        flipped = not getattr(f.module, "transpose_kernel", False)
-        if flipped != (rule.kind == "conv_transpose"):
-            return False
-    return _shape_diffs(rule, t, f) == []
-
-
-def _shape_note(t: TorchLayer, f: FlaxLayer, rule: LayoutRule) -> str | None:
-    """Why ``rule`` does not fit t to f when their leaves have the same names, or None."""
-    diffs = _shape_diffs(rule, t, f)
-    if not diffs:
-        return None
-    return f"{t.name or '(root)'} ({t.type_name}) -> {f.path or '(root)'}: " + "; ".join(diffs)
-
-
-def _path(p) -> str:
-    return "/".join(map(str, p)) if isinstance(p, (tuple, list)) else str(p)
-
-
-@dataclasses.dataclass
-class WeightMap:
-    """Which torch layer fills which Flax layer (``pairs``, in torch's order)."""
-
-    pairs: list[Pair]
-
-
-def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
-                  order: list[str] | None = None) -> WeightMap:
-    """Pair the layers of a torch module (or state dict) with those of linen variables or an
-    nnx model (in module ``order``, see ``flax_layers``); raises ValueError listing
-    everything left over (see the module docstring)."""
-    t_layers, f_layers = torch_layers(source), flax_layers(target, order)
-    f_by_path = {f.path: f for f in f_layers}
-    t_by_name = {t.name: t for t in t_layers}
-    used: set[int] = set()
-    pairs, mismatched = [], []
-    explicit = {}
-    for t_name, f_path in (name_map or {}).items():
-        f_path = _path(f_path)
-        if t_name not in t_by_name:
-            raise ValueError(f"name_map: no torch module {t_name!r} with weights; torch has "
-                             f"{', '.join(repr(t.name) for t in t_layers)}")
-        if f_path not in f_by_path:
-            raise ValueError(f"name_map: no Flax module {f_path!r} with weights; Flax has "
-                             f"{', '.join(repr(f.path) for f in f_layers)}")
-        explicit[t_name] = f_by_path[f_path]
-    unmatched = []
-    last = 0  # search from where the previous pair left off, then from the start
-    for t in t_layers:
-        if t.name in explicit:
-            candidates = [explicit[t.name]]
-        else:
-            taken = used | {id(f) for f in explicit.values()}
-            candidates = [f for f in f_layers[last:] + f_layers[:last] if id(f) not in taken]
-        hit = next(((f, r) for f in candidates for r in t.rules() if _fits(r, t, f)), None)
-        if hit is None:
-            unmatched.append(t)
-            continue
-        f, rule = hit
-        used.add(id(f))
-        last = f_layers.index(f) + 1
-        pairs.append(Pair(t, f, rule))
-    unset = [f for f in f_layers if id(f) not in used]
-    noted: set[int] = set()  # each leftover Flax layer explains one torch layer at most
-    for t in unmatched:
-        candidates = [explicit[t.name]] if t.name in explicit else unset
-        hit = next(((f, n) for f in candidates if id(f) not in noted for r in t.rules()
-                    if (n := _shape_note(t, f, r)) is not None), None)
-        if hit:
-            noted.add(id(hit[0]))
-            mismatched.append(hit[1])
-    if unmatched or unset:
-        raise ValueError(_mismatch_message(unmatched, unset, mismatched))
-    return WeightMap(pairs)
-
-
-def _mismatch_message(unmatched, unset, mismatched) -> str:
-    lines = ["the torch and Flax weights do not line up"]
-    tensors = [f"  {t.full_name(n)} {tuple(x.shape)} [{t.type_name}]"
-               + ("" if t.rules() else " (no layout rule for this module type)")
-               for t in unmatched for n, x in t.tensors.items()]
-    leaves = [f"  {f.describe(n)} {f.shape(n)}" for f in unset for n in f.leaves]
-    if tensors:
-        lines += [f"torch tensors left unmatched ({len(tensors)}):", *tensors]
-    if leaves:
-        lines += [f"Flax leaves left unset ({len(leaves)}):", *leaves]
-    if mismatched:
-        lines += [f"shapes that disagree ({len(mismatched)}):", *[f"  {m}" for m in mismatched]]
-    lines.append("Pass name_map={torch module name: Flax module path} to pair layers by hand.")
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------- moving values
 
 
-def load_torch_weights(source, target, *, name_map: Mapping[str, Any] | None = None):
+def load_torch_weights(source, target, *, model=None, x=None,
+                       name_map: Mapping[str, Any] | None = None,
+                       flax_kwargs: Mapping[str, Any] | None = None):
     """Put a torch model's parameters and buffers into a Flax model.
 
     Args:
       source: a ``torch.nn.Module`` or its ``state_dict()``.
       target: linen ``variables`` (``{"params": ..., "batch_stats": ...}``, e.g. from
         ``model.init``) or an ``nnx.Module``.
+      model, x: the linen model and an example input in its own layout (for nnx, ``x``
+        alone): layers then pair in the order the model calls them. Without them, a layer
+        pairs only where nothing else fits (see the module docstring).
       name_map: ``{torch module name: Flax module path}`` pairs that override the matching
-        by order and shape (paths as "a/b" or tuples).
+        (paths as "a/b" or tuples).
+      flax_kwargs: more keyword arguments for the model's call on ``x``.
 
     Returns:
       linen: new variables (same structure, values from torch, in the target's dtypes).
@@ -440,25 +320,47 @@ def load_torch_weights(source, target, *, name_map: Mapping[str, Any] | None = N
 
     Raises:
       ValueError: listing every torch tensor left unmatched, every Flax leaf left unset and
-        every shape that disagrees.
+        every shape that disagrees, or every pairing that only a guess could make.
     """
-    return fill(match_weights(source, target, name_map), target)
+    from .pairing import match_weights
+
+    return fill(match_weights(source, target, name_map, _order(target, model, x, flax_kwargs)),
+                target)
 
 
-def fill(weights: WeightMap, target):
-    """Copy the torch side of ``weights`` into ``target`` (see ``load_torch_weights``)."""
+def _order(target, model, x, kwargs) -> list[str] | None:
+    """The order the Flax model calls its modules, where a model and an input say it."""
+    from .record_flax import call_order
+
+    if is_nnx_module(target):
+        if model is not None and model is not target:
+            raise ValueError("model: for an nnx target, pass x alone (the target is the model)")
+        return None if x is None else call_order(target, None, to_jax(x), kwargs)
+    if (model is None) != (x is None):
+        raise ValueError("model and x go together: the linen model and an example input "
+                         f"(got model={type(model).__name__}, x={type(x).__name__})")
+    return None if model is None else call_order(model, target, to_jax(x), kwargs)
+
+
+def fill(weights, target, only: set | None = None):
+    """Copy the torch side of ``weights`` (a ``parity.pairing.WeightMap``) into ``target``
+    (see ``load_torch_weights``); ``only``: just these (Flax module path, leaf) pairs."""
+    def wanted(pair, leaf):
+        return only is None or (pair.flax.path, leaf) in only
+
     if is_nnx_module(target):
         for pair in weights.pairs:
             for t_name, f_name in pair.tensors():
-                var = pair.flax.leaves[f_name]
-                set_value(var, _to_flax_array(pair, t_name, get_value(var).dtype))
+                if wanted(pair, f_name):
+                    var = pair.flax.leaves[f_name]
+                    set_value(var, _to_flax_array(pair, t_name, get_value(var).dtype))
         return target
     new = {p.flax.path: {f: _to_flax_array(p, t, p.flax.leaves[f][1].dtype)
-                         for t, f in p.tensors()} for p in weights.pairs}
+                         for t, f in p.tensors() if wanted(p, f)} for p in weights.pairs}
     return _rebuild(target, (), new)
 
 
-def _to_flax_array(pair: Pair, tensor_name: str, dtype):
+def _to_flax_array(pair, tensor_name: str, dtype):
     a = to_numpy(pair.torch.tensors[tensor_name])
     return to_jax(pair.rule.convert(tensor_name, a, "flax").astype(dtype))
 
@@ -478,13 +380,18 @@ def _rebuild(tree, path, new):
     return out
 
 
-def to_torch_weights(source, torch_module: torch.nn.Module, *,
-                     name_map: Mapping[str, Any] | None = None) -> torch.nn.Module:
+def to_torch_weights(source, torch_module: torch.nn.Module, *, model=None, x=None,
+                     name_map: Mapping[str, Any] | None = None,
+                     flax_kwargs: Mapping[str, Any] | None = None) -> torch.nn.Module:
     """Write Flax weights (linen ``variables`` or an nnx model) into a torch module, in place,
-    with the inverse layout rules of ``load_torch_weights``. Returns ``torch_module``."""
+    with the inverse layout rules of ``load_torch_weights`` (and its pairing: ``model``,
+    ``x``, ``name_map``). Returns ``torch_module``."""
+    from .pairing import match_weights
+
     if not isinstance(torch_module, torch.nn.Module):
         raise TypeError(f"torch_module must be a torch.nn.Module, got {type(torch_module).__name__}")
-    weights = match_weights(torch_module, source, name_map)
+    weights = match_weights(torch_module, source, name_map,
+                            _order(source, model, x, flax_kwargs))
     with torch.no_grad():
         for pair in weights.pairs:
             for t_name, f_name in pair.tensors():

@@ -113,9 +113,17 @@ def test_clean_port_agrees_layer_by_layer(residual_net, dtype, train):
                        ("", "")]
     grads = [(r.torch_name, r.flax_path) for r in report.rows if r.kind == "gradient"]
     # backpropagation's order, through the weight mapping (a conv kernel is permuted)
-    assert grads[0] == ("fc.weight", "Dense_0/kernel") and grads[-1] == ("input", "input")
-    assert ("stem.weight", "Conv_0/kernel") in grads and len(grads) == 10
+    assert grads[0] == ("fc.weight", "Dense_0/kernel") and grads[-1] == ("stem.bias", "Conv_0/bias")
+    assert ("stem.weight", "Conv_0/kernel") in grads and len(grads) == 9
+    at_inputs = [r.torch_name for r in report.rows if r.kind == "input gradient"]
+    assert at_inputs == ["fc", "head", "block.bn", "block.conv", "block", "pool", "bn", "stem", ""]
+    assert report.rows[-1].kind == "input gradient" and report.rows[-1].torch_name == ""
+    weights = [r.torch_name for r in report.rows if r.kind == "weight"]
+    assert weights[:2] == ["stem.weight", "stem.bias"] and len(weights) == 13
+    assert report.rows[:len(weights)] == [r for r in report.rows if r.kind == "weight"]
     assert report.unpaired_torch == ["relu"] and report.unpaired_flax == []
+    assert "not compared, no counterpart found (torch, 1): relu" in report.format()
+    assert report.reference == ("torch" if dtype == np.float64 else "torch float64")
     assert report.dtype == np.dtype(dtype).name and report.train == train
 
 
@@ -137,7 +145,7 @@ def test_planted_difference_is_the_first_divergence(residual_net, dtype, bug):
 def test_assert_model_parity_names_the_first_divergence(residual_net):
     x = _image(np.float64)
     report = parity.assert_model_parity(residual_net, ResidualNet(), None, x, gradients=False)
-    assert report.ok and all(r.kind == "output" for r in report.rows)
+    assert report.ok and {r.kind for r in report.rows} == {"weight", "output"}
     with pytest.raises(parity.ParityError, match=r"first divergence: output of bn \(torch\) / "
                                                  r"BatchNorm_0 \(Flax\)"):
         parity.assert_model_parity(residual_net, ResidualNet("bn"), None, x)
@@ -145,69 +153,184 @@ def test_assert_model_parity_names_the_first_divergence(residual_net):
 
 def test_given_variables_and_report_serialisation(residual_net):
     x = _image(np.float32)
-    variables = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
-    variables = parity.load_torch_weights(residual_net, variables)
+    init = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
+    variables = parity.load_torch_weights(residual_net, init, model=ResidualNet(),
+                                          x=jnp.ones((1, 8, 8, 3)))
     report = parity.compare_layers(residual_net, ResidualNet(), variables, x)
     assert report.ok, report.format()
     d = report.to_dict()
     assert d["ok"] and d["first_divergence"] is None and len(d["rows"]) == len(report.rows)
-    assert d["rows"][0]["torch_name"] == "stem" and d["rows"][0]["shape"] == [2, 8, 8, 8]
-    # variables not imported from torch: the first layer already differs
-    other = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
-    assert parity.compare_layers(residual_net, ResidualNet(), other, x).first_divergence.torch_name \
-        == "stem"
+    assert d["mode"] == "chained" and d["reference"] == "torch float64"
+    out = [r for r in d["rows"] if r["kind"] == "output"]
+    assert out[0]["torch_name"] == "stem" and out[0]["shape"] == [2, 8, 8, 8]
+    assert out[0]["ref_err"] is not None and out[0]["ref_err"] > 0
+    # variables not imported from torch: reported as weights, the first one first
+    first = parity.compare_layers(residual_net, ResidualNet(), init, x).first_divergence
+    assert (first.kind, first.torch_name, first.flax_path) == ("weight", "stem.weight",
+                                                               "Conv_0/kernel")
+
+
+def test_float64_torch_weights_in_float32_variables():
+    """A float64 torch model loaded into float32-initialised variables: the leaves hold
+    torch's values rounded; the float64 comparison says so and runs on torch's values,
+    instead of blaming the first BatchNorm. A leaf that holds something else is a weight
+    row's failure."""
+    torch_net = randomise(TorchResidualNet().double())
+    x = _image(np.float64)
+    init = ResidualNet().init(jax.random.key(1), jnp.ones((1, 8, 8, 3)))
+    loaded = parity.load_torch_weights(torch_net, init, model=ResidualNet(),
+                                       x=jnp.ones((1, 8, 8, 3)))
+    assert loaded["batch_stats"]["BatchNorm_0"]["var"].dtype == jnp.float32
+    report = parity.compare_layers(torch_net, ResidualNet(), loaded, x)
+    assert report.ok, report.format()
+    bn = next(r for r in report.rows if r.torch_name == "bn.running_var")
+    assert bn.kind == "weight" and "rounded to it on loading" in bn.note
+    assert "computes with torch's value" in report.format()
+    wrong = jax.tree_util.tree_map(lambda a: a, loaded)
+    wrong["batch_stats"]["Block_0"]["BatchNorm_0"]["var"] = \
+        wrong["batch_stats"]["Block_0"]["BatchNorm_0"]["var"] * 1.001
+    first = parity.compare_layers(torch_net, ResidualNet(), wrong, x).first_divergence
+    assert (first.kind, first.torch_name) == ("weight", "block.bn.running_var")
 
 
 # --------------------------------------------------------------------------- a wrong gradient only
 
 
-@jax.custom_vjp
-def _dense_wrong_kernel_grad(x, kernel, bias):
-    return x @ kernel + bias
+def _dense(wrong: str):
+    """x @ kernel + bias whose backward is wrong for ``wrong`` ("kernel" or "input"): its
+    cotangent twice too large. The forward is right."""
 
+    @jax.custom_vjp
+    def dense(x, kernel, bias):
+        return x @ kernel + bias
 
-def _fwd(x, kernel, bias):
-    return _dense_wrong_kernel_grad(x, kernel, bias), (x, kernel)
+    def fwd(x, kernel, bias):
+        return dense(x, kernel, bias), (x, kernel)
 
+    def bwd(res, g):
+        x, kernel = res
+        g_x, g_kernel = g @ kernel.T, x.T @ g
+        return (2 * g_x if wrong == "input" else g_x,
+                2 * g_kernel if wrong == "kernel" else g_kernel, g.sum(0))
 
-def _bwd(res, g):
-    x, kernel = res
-    return g @ kernel.T, 2 * x.T @ g, g.sum(0)  # the kernel's cotangent twice too large
-
-
-_dense_wrong_kernel_grad.defvjp(_fwd, _bwd)
+    dense.defvjp(fwd, bwd)
+    return dense
 
 
 class WrongGradDense(nn.Module):
     features: int
+    wrong: str = "kernel"
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
-        bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        return _dense_wrong_kernel_grad(x, kernel, bias)
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features),
+                            x.dtype)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
+        return _dense(self.wrong)(x, kernel, bias)
 
 
 class MLP(nn.Module):
-    wrong_grad: bool = False
+    wrong_grad: str = ""
 
     @nn.compact
     def __call__(self, x):
         x = jnp.tanh(nn.Dense(6)(x))
-        return (WrongGradDense(3) if self.wrong_grad else nn.Dense(3))(x)
+        x = (WrongGradDense(5, self.wrong_grad) if self.wrong_grad else nn.Dense(5))(x)
+        return nn.Dense(3)(jnp.tanh(x))
 
 
-def test_a_wrong_gradient_is_found_through_the_weight_mapping():
-    torch_mlp = randomise(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
-                                              torch.nn.Linear(6, 3)).double())
+@pytest.fixture(scope="module")
+def torch_mlp():
+    return randomise(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
+                                         torch.nn.Linear(6, 5), torch.nn.Tanh(),
+                                         torch.nn.Linear(5, 3)).double())
+
+
+def test_a_wrong_gradient_is_found_through_the_weight_mapping(torch_mlp):
     x = _image(np.float64, (5, 4))
     assert parity.compare_layers(torch_mlp, MLP(), None, x).ok
-    report = parity.compare_layers(torch_mlp, MLP(wrong_grad=True), None, x)
+    report = parity.compare_layers(torch_mlp, MLP("kernel"), None, x)
     assert all(r.ok for r in report.rows if r.kind == "output"), report.format()
     first = report.first_divergence
     assert (first.kind, first.torch_name, first.flax_path) == ("gradient", "2.weight",
                                                                "WrongGradDense_0/kernel")
     assert {r.torch_name for r in report.rows if not r.ok} == {"2.weight"}
+
+
+@pytest.mark.parametrize("mode", ["chained", "shadow"])
+def test_a_wrong_backward_is_found_at_its_layer(torch_mlp, mode):
+    """A layer whose backward alone is wrong (a custom_vjp rule): the gradient at its input
+    is the first divergence; in shadow mode it is the only one."""
+    x = _image(np.float64, (5, 4))
+    report = parity.compare_layers(torch_mlp, MLP("input"), None, x, mode=mode)
+    assert report.mode == mode and all(r.ok for r in report.rows if r.kind == "output")
+    first = report.first_divergence
+    assert (first.kind, first.torch_name, first.flax_path) == ("input gradient", "2",
+                                                               "WrongGradDense_0"), report.format()
+    failing = [(r.kind, r.torch_name) for r in report.rows if not r.ok]
+    if mode == "shadow":
+        assert failing == [("input gradient", "2")], report.format()
+    else:  # everything backpropagation computes after it
+        assert ("gradient", "0.weight") in failing and ("input gradient", "") in failing
+
+
+@pytest.mark.parametrize("bug", ["bn", "add"])
+def test_shadow_mode_fails_only_the_wrong_layer(residual_net, bug):
+    """Each Flax layer on torch's recorded input: the layers after the planted difference
+    agree again; chained mode fails them all."""
+    x = _image(np.float64)
+    chained = parity.compare_layers(residual_net, ResidualNet(bug), None, x, gradients=False)
+    shadow = parity.compare_layers(residual_net, ResidualNet(bug), None, x, mode="shadow")
+    assert shadow.first_divergence.torch_name == PLANTED[bug], shadow.format()
+    assert shadow.first_divergence.kind == "output"
+    failing = {r.torch_name for r in shadow.rows if not r.ok and r.kind == "output"}
+    assert failing == {PLANTED[bug]}, shadow.format()
+    assert {r.torch_name for r in chained.rows if not r.ok} >= {PLANTED[bug], "fc", ""}
+    bad_grads = {r.torch_name.partition(".")[0] for r in shadow.rows
+                 if not r.ok and r.kind.endswith("gradient")}
+    assert bad_grads <= {PLANTED[bug]}, shadow.format()
+    assert "shadow" in shadow.format() and shadow.to_dict()["mode"] == "shadow"
+
+
+# --------------------------------------------------------------------------- pairing by name_map
+
+
+class Residual(Block):
+    """The same block under another name: it no longer pairs with torch's by kind."""
+
+
+class RenamedResidualNet(nn.Module):
+    bug: str = ""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        x = nn.Conv(8, (3, 3), padding=1)(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x)
+        x = jaxpool.linen.AvgPool2d(3, 2, 1, count_include_pad=False)(nn.relu(x))
+        x = Residual(8, self.bug)(x, train)
+        x = jaxpool.linen.AdaptiveAvgPool2d(1)(x)
+        return nn.Dense(5)(x.reshape(x.shape[0], -1))
+
+
+def test_name_map_pairs_a_residual_block(residual_net):
+    """The add of a residual block lives only in the block's output: a block that pairs by
+    nothing is listed as not compared, and name_map pairs it (a module without weights of
+    its own)."""
+    x = _image(np.float64)
+    report = parity.compare_layers(residual_net, RenamedResidualNet("add"), None, x,
+                                   gradients=False)
+    assert report.unpaired_torch == ["relu", "block"] and report.unpaired_flax == ["Residual_0"]
+    assert "not compared, no counterpart found (Flax, 1): Residual_0" in report.format()
+    assert report.first_divergence.torch_name == "head"  # the block was never compared
+    report = parity.compare_layers(residual_net, RenamedResidualNet("add"), None, x,
+                                   name_map={"block": "Residual_0"}, gradients=False)
+    assert report.first_divergence.torch_name == "block", report.format()
+    assert report.unpaired_flax == [] and "block" not in report.unpaired_torch
+    assert parity.compare_layers(residual_net, RenamedResidualNet(), None, x,
+                                 name_map={"block": ("Residual_0",)}).ok
+    with pytest.raises(ValueError, match="name_map: Flax module 'Residual_9' is never called"):
+        parity.compare_layers(residual_net, RenamedResidualNet(), None, x,
+                              name_map={"block": "Residual_9"})
 
 
 # --------------------------------------------------------------------------- an nnx port

@@ -1,0 +1,353 @@
+"""Which torch layer is which Flax layer: the one pairing that ``load_torch_weights``,
+``to_torch_weights`` and ``compare_layers`` use.
+
+Weights (``match_weights``): torch's layers are taken in registration order (the order of
+``state_dict``). When the order the Flax model calls its modules is known (``order``, from
+``parity.record_flax.call_order``: a run of the model), each torch layer takes the first
+Flax layer, from where the previous pair left off, whose leaves its layout rule fills with
+the right shapes. A variables dict's own order is never trusted (``jax.jit(init)``,
+``tree_map`` and train steps return its keys sorted, which is not creation order): without
+``order``, a pair is only made where nothing else is possible - equal names ("layer1.0.conv1"
+and "layer1_0/conv1"), or the one layer of the other side that fits by kind and shape, one
+forced pair at a time - and anything still open raises a ValueError that lists the
+candidates and the ``name_map`` entries that would settle it. ``name_map={torch module
+name: Flax module path}`` pairs by hand.
+
+Module calls (``pair_calls``): every recorded call of a module with weights goes with the
+calls of its weight pair; ``name_map`` entries (any module, with weights or not: residual
+blocks, pooling) and the two models themselves pair their calls; the rest go by kind
+(``kind``) and order, the k-th call of a torch ``MaxPool2d`` with the k-th Flax
+``MaxPool2d``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .weights import LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, flax_layers, torch_layers
+
+__all__ = ["Call", "Pair", "Run", "WeightMap", "kind", "match_weights", "pair_calls"]
+
+
+# --------------------------------------------------------------------------- module calls
+
+
+@dataclasses.dataclass
+class Call:
+    """One call of one module, as a run recorded it. ``inputs`` are its positional array
+    arguments, ``outputs`` its output leaves ((leaf path, array)); ``input_grads`` and
+    ``output_grads`` (parallel to them, None where not differentiated) the loss's
+    cotangents there. ``start`` numbers the calls in the order they begin; a run lists
+    them in the order they return."""
+
+    path: str  # torch module name, or Flax module path
+    type_name: str
+    start: int
+    inputs: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    input_grads: list = dataclasses.field(default_factory=list)
+    output_grads: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Run:
+    """One side's run: its module calls (in the order they return), the gradients of its
+    parameters by name, and ``error`` if the model raised (the calls then stop there)."""
+
+    calls: list[Call]
+    grads: dict[str, np.ndarray]
+    error: str | None = None
+
+
+def kind(type_name: str) -> str:
+    """What a module is, in words both sides use: Conv2d and Conv are both "Conv", and
+    TorchBasicBlock and BasicBlock both "BasicBlock" (so that both can live in one file)."""
+    name = re.sub(r"^(Torch|Flax|Linen|Nnx|Jax)(?=[A-Z])|(?<=[a-z0-9])(Torch|Flax|Linen|Nnx|Jax)$",
+                  "", type_name)
+    name = re.sub(r"[123]d$", "", name)
+    return {"Dense": "Linear", "Embed": "Embedding"}.get(name, name)
+
+
+def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: "WeightMap",
+               name_map: Mapping[str, str]) -> tuple[list[tuple[Call, Call]], list[str], list[str]]:
+    """[(torch call, Flax call)] in torch's order, and the modules of each side left
+    unpaired (each once)."""
+    fixed = {p.torch.name: p.flax.path for p in weights.pairs}
+    fixed.update(name_map)
+    fixed[""] = ""  # the models themselves
+    fixed_flax = set(fixed.values())
+    queues: dict[tuple, list[Call]] = {}  # per key, the Flax calls not yet paired
+    for c in f_calls:
+        k = ("fixed", c.path) if c.path in fixed_flax else ("kind", kind(c.type_name))
+        queues.setdefault(k, []).append(c)
+    pairs, unpaired_torch = [], []
+    for c in t_calls:
+        k = ("fixed", fixed[c.path]) if c.path in fixed else ("kind", kind(c.type_name))
+        queue = queues.get(k)
+        if queue:
+            pairs.append((c, queue.pop(0)))
+        elif c.path not in unpaired_torch:
+            unpaired_torch.append(c.path)
+    left = sorted((c for q in queues.values() for c in q), key=lambda c: c.start)
+    unpaired_flax = list(dict.fromkeys(c.path for c in left))
+    return pairs, unpaired_torch, unpaired_flax
+
+
+# --------------------------------------------------------------------------- weights
+
+
+@dataclasses.dataclass
+class Pair:
+    """A torch layer, the Flax layer it fills, and the rule that maps one onto the other."""
+
+    torch: TorchLayer
+    flax: FlaxLayer
+    rule: LayoutRule
+
+    def tensors(self):
+        """(torch tensor name, Flax leaf name) for each tensor of the pair."""
+        return [(t, self.rule.flax_leaf(t)) for t in self.torch.tensors]
+
+
+@dataclasses.dataclass
+class WeightMap:
+    """Which torch layer fills which Flax layer (``pairs``, in torch's order)."""
+
+    pairs: list[Pair]
+
+
+def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
+    """None if ``rule`` maps t's tensors to other leaf names than f has; else the leaves whose
+    shapes disagree (empty: every shape fits)."""
+    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
+        return None
+    diffs = []
+    for n, x in t.tensors.items():
+        want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
+        have = f.shape(rule.flax_leaf(n))
+        if want != have:
+            diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
+                         f"{tuple(x.shape)} vs {have} in Flax")
+    return diffs
+
+
+_FLAX_TYPES = {name for r in LAYOUT_RULES for name in r.flax_types}
+
+
+def _flax_type(f: FlaxLayer) -> str | None:
+    """The Flax layer's class name where it is known: an nnx module's, or the one in a
+    linen auto-name ("BatchNorm_0"); None for names a user gave."""
+    if f.module is not None:
+        return None  # _fits reads the class itself
+    m = re.fullmatch(r"([A-Z][A-Za-z]*)_\d+", f.path.rpartition("/")[2])
+    return m.group(1) if m and m.group(1) in _FLAX_TYPES else None
+
+
+def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
+    if f.module is not None and not any(c.__name__ in rule.flax_types
+                                        for c in type(f.module).__mro__):
+        return False
+    named = _flax_type(f)
+    if named is not None and named not in rule.flax_types:
+        return False
+    if "weight" in t.tensors and t.tensors["weight"].ndim not in rule.weight_ndims:
+        return False
+    if rule.kind.startswith("conv_transpose") and f.module is not None:
+        flipped = not getattr(f.module, "transpose_kernel", False)
+        if flipped != (rule.kind == "conv_transpose"):
+            return False
+    return _shape_diffs(rule, t, f) == []
+
+
+def _rule(t: TorchLayer, f: FlaxLayer) -> LayoutRule | None:
+    return next((r for r in t.rules() if _fits(r, t, f)), None)
+
+
+def _shape_note(t: TorchLayer, f: FlaxLayer, rule: LayoutRule) -> str | None:
+    """Why ``rule`` does not fit t to f when their leaves have the same names, or None."""
+    diffs = _shape_diffs(rule, t, f)
+    if not diffs:
+        return None
+    return f"{t.name or '(root)'} ({t.type_name}) -> {f.path or '(root)'}: " + "; ".join(diffs)
+
+
+def _path(p) -> str:
+    return "/".join(map(str, p)) if isinstance(p, (tuple, list)) else str(p)
+
+
+def _prefixes(names, sep: str) -> set[str]:
+    out = {""}
+    for n in names:
+        parts = n.split(sep) if n else []
+        out.update(sep.join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
+
+
+def _explicit(name_map, source, t_layers, f_layers, order) -> dict[str, FlaxLayer]:
+    """The name_map entries between layers with weights; entries naming modules without
+    weights on both sides are for ``pair_calls``; the rest raise."""
+    t_by_name = {t.name: t for t in t_layers}
+    f_by_path = {f.path: f for f in f_layers}
+    t_modules = ({n for n, _ in source.named_modules()} if hasattr(source, "named_modules")
+                 else _prefixes(t_by_name, "."))
+    f_modules = _prefixes(list(f_by_path) + list(order or []), "/")
+    explicit = {}
+    for t_name, f_path in (name_map or {}).items():
+        f_path = _path(f_path)
+        if t_name not in t_modules:
+            raise ValueError(f"name_map: no torch module {t_name!r}; torch's modules with "
+                             f"weights are {', '.join(repr(t.name) for t in t_layers)}")
+        if f_path not in f_modules:
+            raise ValueError(f"name_map: no Flax module {f_path!r}; Flax's modules with "
+                             f"weights are {', '.join(repr(f.path) for f in f_layers)}")
+        t, f = t_by_name.get(t_name), f_by_path.get(f_path)
+        if (t is None) != (f is None):
+            has, lacks = ((f"torch {t_name!r}", f"Flax {f_path!r}") if f is None else
+                          (f"Flax {f_path!r}", f"torch {t_name!r}"))
+            raise ValueError(f"name_map pairs {has}, which has weights, with {lacks}, "
+                             "which has none")
+        if t is not None:
+            explicit[t_name] = f
+    return explicit
+
+
+def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
+                  order: list[str] | None = None) -> WeightMap:
+    """Pair the layers of a torch module (or state dict) with those of linen variables or an
+    nnx model; ``order`` is the order the Flax model calls its modules (module paths), or
+    None when unknown (see the module docstring). Raises ValueError listing everything
+    left over, or every pairing left open."""
+    t_layers, f_layers = torch_layers(source), flax_layers(target, order)
+    explicit = _explicit(name_map, source, t_layers, f_layers, order)
+    if order is None:
+        pairs, unmatched, open_ = _forced_pairs(t_layers, f_layers, explicit)
+        if open_:
+            raise ValueError(_ambiguity_message(open_))
+    else:
+        pairs, unmatched = _pairs_in_order(t_layers, f_layers, explicit)
+    used = {id(p.flax) for p in pairs}
+    unset = [f for f in f_layers if id(f) not in used]
+    if unmatched or unset:
+        raise ValueError(_mismatch_message(unmatched, unset, _shape_notes(unmatched, unset,
+                                                                          explicit)))
+    by_torch = {id(p.torch): p for p in pairs}
+    return WeightMap([by_torch[id(t)] for t in t_layers])
+
+
+def _pairs_in_order(t_layers, f_layers, explicit):
+    """Each torch layer takes the first Flax layer that fits, from where the previous pair
+    left off (then from the start)."""
+    taken = {id(f) for f in explicit.values()}
+    pairs, unmatched, last = [], [], 0
+    for t in t_layers:
+        if t.name in explicit:
+            candidates = [explicit[t.name]]
+        else:
+            candidates = [f for f in f_layers[last:] + f_layers[:last] if id(f) not in taken]
+        hit = next(((f, r) for f in candidates if (r := _rule(t, f)) is not None), None)
+        if hit is None:
+            unmatched.append(t)
+            continue
+        f, rule = hit
+        taken.add(id(f))
+        last = f_layers.index(f) + 1
+        pairs.append(Pair(t, f, rule))
+    return pairs, unmatched
+
+
+def _same_name(t: TorchLayer, f: FlaxLayer) -> bool:
+    return t.name.replace(".", "_") == f.path.replace("/", "_")
+
+
+def _forced_pairs(t_layers, f_layers, explicit):
+    """Pairs that need no order: name_map's, equal names, then, repeatedly, a layer that
+    fits exactly one layer left on the other side. Returns the pairs, the torch layers
+    that fit nothing, and {torch layer: its candidates} for those left open."""
+    pairs = []
+    t_left = [t for t in t_layers if t.name not in explicit]
+    f_left = [f for f in f_layers if all(f is not g for g in explicit.values())]
+    for t in t_layers:
+        if t.name in explicit:
+            rule = _rule(t, explicit[t.name])
+            if rule is not None:
+                pairs.append(Pair(t, explicit[t.name], rule))
+    fits = {id(t): [f for f in f_left if _rule(t, f) is not None] for t in t_left}
+
+    def take(t, f):
+        pairs.append(Pair(t, f, _rule(t, f)))
+        t_left.remove(t)
+        f_left.remove(f)
+        for cands in fits.values():
+            if f in cands:
+                cands.remove(f)
+
+    for t in list(t_left):
+        same = [f for f in fits[id(t)] if _same_name(t, f)]
+        if len(same) == 1:
+            take(t, same[0])
+    progress = True
+    while progress:
+        progress = False
+        for t in list(t_left):
+            if t in t_left and len(fits[id(t)]) == 1:
+                take(t, fits[id(t)][0])
+                progress = True
+        for f in list(f_left):
+            takers = [t for t in t_left if f in fits[id(t)]]
+            if len(takers) == 1:
+                take(takers[0], f)
+                progress = True
+    unmatched = [t for t in t_left if not fits[id(t)]]
+    open_ = {t.name: (t, fits[id(t)]) for t in t_left if fits[id(t)]}
+    unmatched += [t for t in t_layers if t.name in explicit
+                  and all(p.torch is not t for p in pairs)]
+    return pairs, unmatched, open_
+
+
+def _ambiguity_message(open_: dict) -> str:
+    lines = ["the torch and Flax weights cannot be paired without guessing: the order of a "
+             "variables dict is not the order the model calls its modules (jax.jit(init), "
+             "tree_map and train steps return its keys sorted), and these torch layers fit "
+             "more than one Flax layer by kind and shape:"]
+    for name, (t, cands) in open_.items():
+        lines.append(f"  {name or '(root)'} ({t.type_name}): "
+                     + ", ".join(f.path or "(root)" for f in cands))
+    template = ", ".join(f'"{name}": "<path>"' for name in open_)
+    lines.append("Pass the Flax model and an example input (model=..., x=...), so that the "
+                 "order the model calls its modules decides, or name_map entries for these "
+                 f"layers, each <path> one of its candidates above: name_map={{{template}}}")
+    return "\n".join(lines)
+
+
+def _shape_notes(unmatched, unset, explicit) -> list[str]:
+    notes: list[str] = []
+    noted: set[int] = set()  # each leftover Flax layer explains one torch layer at most
+    for t in unmatched:
+        candidates = [explicit[t.name]] if t.name in explicit else unset
+        hit = next(((f, n) for f in candidates if id(f) not in noted for r in t.rules()
+                    if (n := _shape_note(t, f, r)) is not None), None)
+        if hit:
+            noted.add(id(hit[0]))
+            notes.append(hit[1])
+    return notes
+
+
+def _mismatch_message(unmatched, unset, mismatched) -> str:
+    lines = ["the torch and Flax weights do not line up"]
+    tensors = [f"  {t.full_name(n)} {tuple(x.shape)} [{t.type_name}]"
+               + ("" if t.rules() else " (no layout rule for this module type)")
+               for t in unmatched for n, x in t.tensors.items()]
+    leaves = [f"  {f.describe(n)} {f.shape(n)}" for f in unset for n in f.leaves]
+    if tensors:
+        lines += [f"torch tensors left unmatched ({len(tensors)}):", *tensors]
+    if leaves:
+        lines += [f"Flax leaves left unset ({len(leaves)}):", *leaves]
+    if mismatched:
+        lines += [f"shapes that disagree ({len(mismatched)}):", *[f"  {m}" for m in mismatched]]
+    lines.append("Pass name_map={torch module name: Flax module path} to pair layers by hand.")
+    return "\n".join(lines)
