@@ -806,3 +806,135 @@ class ConstantPad3d(_ConstantPad):
     """
 
     ndim = 3
+
+
+# --- resampling ----------------------------------------------------------------------------
+
+from jaxpool.resampling import ScaleArg, SizeArg  # noqa: E402
+
+
+def _upsample(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None,
+              mode: str = "nearest", align_corners: bool | None = None,
+              recompute_scale_factor: bool | None = None, *, channels_last: bool = False) -> Any:
+    """torch.nn.Upsample's call: ``interpolate`` without ``antialias``."""
+    return jaxpool.interpolate(x, size, scale_factor, mode, align_corners,
+                               recompute_scale_factor, channels_last=channels_last)
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _Resize(Pool):
+    """Resizing by size or scale factor: torch.nn.Upsampling*'s fields."""
+
+    size: SizeArg = None
+    scale_factor: ScaleArg = None
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _Upsample(Pool):
+    """torch.nn.Upsample's fields."""
+
+    size: SizeArg = None
+    scale_factor: ScaleArg = None
+    mode: str = "nearest"
+    align_corners: bool | None = None
+    recompute_scale_factor: bool | None = None
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _PixelShuffle(Pool):
+    upscale_factor: int
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _PixelUnshuffle(Pool):
+    downscale_factor: int
+    channels_last: bool = True
+
+
+class Upsample(_Upsample):
+    """Resize the spatial axes, as ``torch.nn.Upsample(size, scale_factor, mode,
+    align_corners, recompute_scale_factor)``: ``jaxpool.interpolate`` in every mode.
+
+    ``[B, *spatial, C]`` (channels-last, the default; 1 to 3 spatial axes) or
+    ``[B, C, *spatial]`` with ``channels_last=False``; the output has the same layout.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.Upsample(scale_factor=2, mode="bilinear").apply({}, x).shape
+        (2, 16, 16, 3)
+        >>> jaxpool.nnx.Upsample(size=(5, 12))(x).shape
+        (2, 5, 12, 3)
+    """
+
+    function = staticmethod(_upsample)
+
+
+class UpsamplingNearest2d(_Resize):
+    """Nearest upsampling, as ``torch.nn.UpsamplingNearest2d(size, scale_factor)``
+    (``jaxpool.upsample_nearest``).
+
+    ``[B, H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` with
+    ``channels_last=False``; the output has the same layout. Values are copies.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.UpsamplingNearest2d(scale_factor=2).apply({}, x).shape
+        (2, 16, 16, 3)
+        >>> jaxpool.nnx.UpsamplingNearest2d(size=12, channels_last=False)(x).shape
+        (2, 8, 12, 12)
+    """
+
+    function = staticmethod(jaxpool.upsample_nearest)
+
+
+class UpsamplingBilinear2d(_Resize):
+    """Bilinear upsampling with ``align_corners=True``, as
+    ``torch.nn.UpsamplingBilinear2d(size, scale_factor)`` (``jaxpool.upsample_bilinear``).
+
+    ``[B, H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` with
+    ``channels_last=False``; the output has the same layout.
+
+        >>> x = jnp.ones((2, 8, 8, 3))
+        >>> jaxpool.linen.UpsamplingBilinear2d(scale_factor=2).apply({}, x).shape
+        (2, 16, 16, 3)
+        >>> jaxpool.nnx.UpsamplingBilinear2d(size=(9, 10))(x).shape
+        (2, 9, 10, 3)
+    """
+
+    function = staticmethod(jaxpool.upsample_bilinear)
+
+
+class PixelShuffle(_PixelShuffle):
+    """Channels into space, as ``torch.nn.PixelShuffle(upscale_factor)``
+    (``jaxpool.pixel_shuffle``).
+
+    ``[*, H, W, C*r*r] -> [*, H*r, W*r, C]`` (channels-last, the default) or
+    ``[*, C*r*r, H, W] -> [*, C, H*r, W*r]`` with ``channels_last=False``, torch's channel
+    order either way.
+
+        >>> x = jnp.ones((2, 8, 8, 27))
+        >>> jaxpool.linen.PixelShuffle(3).apply({}, x).shape
+        (2, 24, 24, 3)
+        >>> jaxpool.nnx.PixelShuffle(2, channels_last=False)(jnp.ones((2, 12, 5, 5))).shape
+        (2, 3, 10, 10)
+    """
+
+    function = staticmethod(jaxpool.pixel_shuffle)
+
+
+class PixelUnshuffle(_PixelUnshuffle):
+    """Space into channels, as ``torch.nn.PixelUnshuffle(downscale_factor)``
+    (``jaxpool.pixel_unshuffle``), the inverse of ``PixelShuffle``.
+
+    ``[*, H*r, W*r, C] -> [*, H, W, C*r*r]`` (channels-last, the default) or
+    ``[*, C, H*r, W*r] -> [*, C*r*r, H, W]`` with ``channels_last=False``.
+
+        >>> x = jnp.ones((2, 24, 24, 3))
+        >>> jaxpool.linen.PixelUnshuffle(3).apply({}, x).shape
+        (2, 8, 8, 27)
+        >>> jaxpool.nnx.PixelUnshuffle(2)(x).shape
+        (2, 12, 12, 12)
+    """
+
+    function = staticmethod(jaxpool.pixel_unshuffle)

@@ -41,6 +41,11 @@ MODULES = [
     ("LPPool2d", (1.5, (3, 2), 2, True), {}, (2, 4, 9, 8)),
     ("LPPool3d", (3, 2), {}, (2, 3, 4, 6, 4)),
     ("GlobalMaxPool", (), {}, (2, 4, 7, 5)),
+    ("Upsample", (None, 2, "bilinear"), {}, (2, 3, 5, 4)),
+    ("UpsamplingNearest2d", ((7, 9),), {}, (2, 3, 5, 4)),
+    ("UpsamplingBilinear2d", (None, 2), {}, (2, 3, 5, 4)),
+    ("PixelShuffle", (2,), {}, (2, 12, 3, 4)),
+    ("PixelUnshuffle", (2,), {}, (2, 3, 6, 4)),
 ]
 NAMES = [m[0] for m in MODULES]
 # torch has no global pooling modules: these are what a torch model writes instead.
