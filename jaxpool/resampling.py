@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _resample
+from jaxpool import _resample
 from jaxpool.pooling import _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
-from jaxpool.sampling import plan_interpolate
+from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
 
 SizeArg = Union[int, Sequence[int], None]
 """An int for every spatial axis, or exactly one per axis."""
@@ -110,13 +110,6 @@ def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg
     return interpolate(x, size, scale_factor, "bilinear", True, channels_last=channels_last)
 
 
-def _factor(op: str, name: str, value) -> int:
-    factor = _checks.as_int(name, value, value, "a positive int")
-    if factor < 1:
-        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
-    return factor
-
-
 def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = False
                   ) -> jax.Array:
     """Move channels into space, as ``torch.nn.functional.pixel_shuffle``.
@@ -131,17 +124,9 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
       (2, 3, 24, 24)
     """
     array = _static("pixel_shuffle", x)
-    channels_last = _checks.check_channels_last(channels_last)
-    r = _factor("pixel_shuffle", "upscale_factor", upscale_factor)
-    shape = tuple(array.shape)
-    if len(shape) < 3:
-        raise ValueError(f"pixel_shuffle expects x of rank 3 or more ([*, C, H, W]), got "
-                         f"shape {shape}")
-    c = shape[-1] if channels_last else shape[-3]
-    if c % (r * r):
-        raise ValueError(f"pixel_shuffle: the channel count {c} (shape {shape}) must be "
-                         f"divisible by upscale_factor**2 = {r * r}")
-    return _shuffle(jnp.asarray(array), r, channels_last)
+    r, _ = plan_pixel_shuffle("pixel_shuffle", array.shape, upscale_factor, channels_last,
+                              inverse=False)
+    return _shuffle(jnp.asarray(array), r, bool(channels_last))
 
 
 def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False
@@ -158,17 +143,9 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
       (2, 27, 8, 8)
     """
     array = _static("pixel_unshuffle", x)
-    channels_last = _checks.check_channels_last(channels_last)
-    r = _factor("pixel_unshuffle", "downscale_factor", downscale_factor)
-    shape = tuple(array.shape)
-    if len(shape) < 3:
-        raise ValueError(f"pixel_unshuffle expects x of rank 3 or more ([*, C, H, W]), got "
-                         f"shape {shape}")
-    h, w = shape[-3:-1] if channels_last else shape[-2:]
-    if h % r or w % r:
-        raise ValueError(f"pixel_unshuffle: the spatial extents {(h, w)} (shape {shape}) "
-                         f"must be divisible by downscale_factor = {r}")
-    return _unshuffle(jnp.asarray(array), r, channels_last)
+    r, _ = plan_pixel_shuffle("pixel_unshuffle", array.shape, downscale_factor, channels_last,
+                              inverse=True)
+    return _unshuffle(jnp.asarray(array), r, bool(channels_last))
 
 
 _shuffle = jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2))

@@ -509,3 +509,31 @@ def _scale_tuple(scale_factor, ndim: int) -> tuple[float, ...]:
             raise ValueError(f"scale_factor must be {accepted}, got {scale_factor!r}")
         values.append(value)
     return tuple(values) * (ndim if len(values) == 1 else 1)
+
+
+def plan_pixel_shuffle(op: str, shape, factor, channels_last, inverse: bool
+                       ) -> tuple[int, tuple[int, ...]]:
+    """Check ``pixel_shuffle`` (``inverse``: ``pixel_unshuffle``) as torch does and return
+    the factor and the output shape."""
+    name = "downscale_factor" if inverse else "upscale_factor"
+    channels_last = _checks.check_channels_last(channels_last)
+    r = _checks.as_int(name, factor, factor, "a positive int")
+    if r < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {factor!r}")
+    shape = tuple(shape)
+    if len(shape) < 3:
+        raise ValueError(f"{op} expects x of rank 3 or more ("
+                         f"{'[*, H, W, C]' if channels_last else '[*, C, H, W]'}), got shape "
+                         f"{shape}")
+    (h, w, c) = shape[-3:] if channels_last else (shape[-2], shape[-1], shape[-3])
+    if inverse:
+        if h % r or w % r:
+            raise ValueError(f"{op}: the spatial extents {(h, w)} (shape {shape}) must be "
+                             f"divisible by {name}={r}")
+        h, w, c = h // r, w // r, c * r * r
+    else:
+        if c % (r * r):
+            raise ValueError(f"{op}: the channel count {c} (shape {shape}) must be divisible "
+                             f"by {name}**2 = {r * r}")
+        h, w, c = h * r, w * r, c // (r * r)
+    return r, shape[:-3] + ((h, w, c) if channels_last else (c, h, w))

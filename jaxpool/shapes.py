@@ -480,3 +480,77 @@ def _unpool(op: str, ndim: int, input_shape: Shape, kernel_size: Size, stride: S
             channels_last: bool) -> tuple[int, ...]:
     return plan_max_unpool(op, _input(op, input_shape), None, ndim, kernel_size, stride,
                            padding, output_size, channels_last).output_shape
+
+
+# --- resampling ------------------------------------------------------------------------------
+
+from jaxpool.resampling import ScaleArg, SizeArg  # noqa: E402
+from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle  # noqa: E402
+
+
+def interpolate(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
+                mode: str = "nearest", align_corners: bool | None = None,
+                recompute_scale_factor: bool | None = None, antialias: bool = False, *,
+                channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.interpolate`.
+
+    Args:
+      input_shape: ``[B, C, *spatial]`` with 1 to 3 spatial axes (``[B, *spatial, C]`` with
+        ``channels_last``).
+      size, scale_factor, mode, align_corners, recompute_scale_factor, antialias,
+        channels_last: as :func:`jaxpool.interpolate`.
+
+    Returns:
+      The output shape, same layout: each spatial extent ``size``, or
+      ``int(n * scale_factor)``.
+
+    Example:
+      >>> jaxpool.shapes.interpolate((8, 256, 25, 38), scale_factor=2)
+      (8, 256, 50, 76)
+    """
+    shape = _input("interpolate", input_shape)
+    sizes, _ = plan_interpolate("interpolate", shape, None, size, scale_factor, mode,
+                                align_corners, recompute_scale_factor, antialias,
+                                channels_last)
+    first = 1 if channels_last else 2
+    return shape[:first] + tuple(sizes) + shape[first + len(sizes):]
+
+
+def upsample_nearest(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
+                     *, channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.upsample_nearest`."""
+    return interpolate(input_shape, size, scale_factor, "nearest",
+                       channels_last=channels_last)
+
+
+def upsample_bilinear(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
+                      *, channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.upsample_bilinear`."""
+    return interpolate(input_shape, size, scale_factor, "bilinear", True,
+                       channels_last=channels_last)
+
+
+def pixel_shuffle(input_shape: Shape, upscale_factor: int, *, channels_last: bool = False
+                  ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.pixel_shuffle`: ``[*, C*r*r, H, W] -> [*, C, H*r,
+    W*r]`` (channels last with ``channels_last``).
+
+    Example:
+      >>> jaxpool.shapes.pixel_shuffle((8, 27, 32, 32), 3)
+      (8, 3, 96, 96)
+    """
+    return plan_pixel_shuffle("pixel_shuffle", _input("pixel_shuffle", input_shape),
+                              upscale_factor, channels_last, inverse=False)[1]
+
+
+def pixel_unshuffle(input_shape: Shape, downscale_factor: int, *, channels_last: bool = False
+                    ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.pixel_unshuffle`: ``[*, C, H*r, W*r] -> [*, C*r*r,
+    H, W]`` (channels last with ``channels_last``).
+
+    Example:
+      >>> jaxpool.shapes.pixel_unshuffle((8, 3, 96, 96), 3)
+      (8, 27, 32, 32)
+    """
+    return plan_pixel_shuffle("pixel_unshuffle", _input("pixel_unshuffle", input_shape),
+                              downscale_factor, channels_last, inverse=True)[1]

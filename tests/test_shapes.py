@@ -173,3 +173,54 @@ def test_bad_shapes_are_rejected():
         shapes.avg_pool2d((2, 3, -8, 8), 2)
     assert shapes.avg_pool2d(torch.Size([2, 3, 8, 8]), 2) == (2, 3, 4, 4)
     assert shapes.avg_pool2d([2, 3, np.int64(8), 8], 2) == (2, 3, 4, 4)
+
+
+# --- resampling -------------------------------------------------------------------------------
+
+RESAMPLING_CASES = [
+    ("interpolate", (2, 3, 7), dict(scale_factor=1.7)),
+    ("interpolate", (2, 3, 100, 9), dict(scale_factor=(0.29, 2.5), mode="bilinear")),
+    ("interpolate", (2, 3, 5, 6, 7), dict(size=(4, 9, 2), mode="trilinear")),
+    ("interpolate", (2, 3, 9, 10), dict(size=4, mode="area")),
+    ("interpolate", (0, 3, 9, 10), dict(scale_factor=3, mode="nearest-exact",
+                                        recompute_scale_factor=True)),
+    ("interpolate", (2, 3, 30, 31), dict(size=(7, 8), mode="bicubic", antialias=True)),
+    ("upsample_nearest", (2, 3, 4, 5), dict(scale_factor=2)),
+    ("upsample_bilinear", (2, 3, 4, 5), dict(size=(9, 7))),
+    ("pixel_shuffle", (2, 18, 4, 5), dict(upscale_factor=3)),
+    ("pixel_shuffle", (5, 2, 8, 1, 1), dict(upscale_factor=2)),
+    ("pixel_unshuffle", (2, 2, 6, 9), dict(downscale_factor=3)),
+]
+
+
+@pytest.mark.parametrize("op,shape,args", RESAMPLING_CASES, ids=[c[0] for c in RESAMPLING_CASES])
+def test_resampling_shapes_match_torch_and_eval_shape(op, shape, args):
+    expected = _torch_shape(op, shape, args)
+    assert getattr(shapes, op)(shape, **args) == expected
+    assert jax.eval_shape(lambda x: getattr(jaxpool, op)(x, **args),
+                          jax.ShapeDtypeStruct(shape, jnp.float32)).shape == expected
+    last = tuple(np.moveaxis(np.empty(shape, np.uint8), -3 if "pixel" in op else 1, -1).shape)
+    expected_last = tuple(np.moveaxis(np.empty(expected, np.uint8),
+                                      -3 if "pixel" in op else 1, -1).shape)
+    assert getattr(shapes, op)(last, **args, channels_last=True) == expected_last
+
+
+@pytest.mark.parametrize("op", ["interpolate", "upsample_nearest", "upsample_bilinear",
+                                "pixel_shuffle", "pixel_unshuffle"])
+def test_resampling_rules_take_the_ops_arguments(op):
+    wanted = [p.replace(name="input_shape", annotation=inspect.Parameter.empty)
+              if name == "x" else p.replace(annotation=inspect.Parameter.empty)
+              for name, p in inspect.signature(getattr(jaxpool, op)).parameters.items()]
+    got = [p.replace(annotation=inspect.Parameter.empty)
+           for p in inspect.signature(getattr(shapes, op)).parameters.values()]
+    assert got == wanted
+
+
+def test_resampling_rules_raise_the_ops_errors():
+    for call in (lambda: shapes.interpolate((2, 3, 8), size=3, scale_factor=2),
+                 lambda: shapes.interpolate((2, 3, 8), scale_factor=0.1),
+                 lambda: shapes.interpolate((2, 3, 8), size=3, mode="bilinear"),
+                 lambda: shapes.pixel_shuffle((2, 6, 3, 3), 2),
+                 lambda: shapes.pixel_unshuffle((2, 8, 3, 4), 2)):
+        with pytest.raises(ValueError):
+            call()
