@@ -109,10 +109,12 @@ def _padded(plan: UnpoolPlan, x, masks, zero):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def unplaced(plan: UnpoolPlan, indices: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """How many indices name no tap of their own window, and the flat position of the
-    first (for the error message)."""
+def max_unpool_checked(plan: UnpoolPlan, x: jax.Array, indices: jax.Array
+                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`max_unpool`, and how many indices name no tap of their own window, with the
+    flat position of the first (for the error message). One program, so that an eager
+    call compiles once; under an outer jit the counts are dropped and cost nothing."""
     masks = _tap_masks(plan, indices)
-    placed = functools.reduce(jnp.logical_or, masks.values())
-    missing = ~placed
-    return jnp.sum(missing, dtype=jnp.int32), jnp.argmax(missing.reshape(-1))
+    missing = ~functools.reduce(jnp.logical_or, masks.values())
+    return (max_unpool(plan, x, indices), jnp.sum(missing, dtype=jnp.int32),
+            jnp.argmax(missing.reshape(-1)))

@@ -665,24 +665,27 @@ def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_siz
     plan = plan_max_unpool(op, values.shape, values.dtype, ndim, kernel_size, stride, padding,
                            output_size, channels_last, index_array.shape, index_array.dtype)
     index_array = jnp.asarray(index_array)
-    if not isinstance(index_array, jax.core.Tracer):
-        _check_placeable(op, plan, index_array)
-    return _unpool.max_unpool(plan, jnp.asarray(values), index_array)
+    if isinstance(index_array, jax.core.Tracer):
+        # Traced indices (jit, vmap) cannot be checked: one outside its window is dropped.
+        return _unpool.max_unpool(plan, jnp.asarray(values), index_array)
+    out, count, first = _unpool.max_unpool_checked(plan, jnp.asarray(values), index_array)
+    if not isinstance(count, jax.core.Tracer) and int(count):
+        _reject_unplaced(op, plan, index_array, int(count), int(first))
+    return out
 
 
-def _check_placeable(op: str, plan: UnpoolPlan, indices: jax.Array) -> None:
+def _reject_unplaced(op: str, plan: UnpoolPlan, indices: jax.Array, count: int,
+                     first: int) -> None:
     """Concrete indices that name no element of their own window: rejected, not dropped."""
-    count, first = (int(v) for v in _unpool.unplaced(plan, indices))
-    if count:
-        where = np.unravel_index(first, indices.shape)
-        value = int(np.asarray(indices).reshape(-1)[first])
-        extents = "x".join(str(p.in_size) for p in plan.axes)
-        raise ValueError(
-            f"{op}: {count} of {indices.size} indices name no element of their own window "
-            f"(the first, at {tuple(int(w) for w in where)}, is {value}; the unpooled planes "
-            f"are {extents}). max_unpool places each value inside the window of the max "
-            f"pool that made its index (same kernel_size, stride and padding): pass the "
-            f"indices of that max_pool call, or the same pooling arguments")
+    where = tuple(int(w) for w in np.unravel_index(first, indices.shape))
+    value = int(np.asarray(indices).reshape(-1)[first])
+    extents = "x".join(str(p.in_size) for p in plan.axes)
+    raise ValueError(
+        f"{op}: {count} of {indices.size} indices name no element of their own window "
+        f"(the first, at {where}, is {value}; the unpooled planes are {extents}). "
+        f"max_unpool places each value inside the window of the max pool that made its "
+        f"index (same kernel_size, stride and padding): pass the indices of that max_pool "
+        f"call, or the same pooling arguments")
 
 
 def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
