@@ -208,8 +208,7 @@ def test_half_precision_as_torch(dtype, rng):
     partial sums to half precision, so the interpolating modes agree to about one half
     ulp of the values; the nearest modes copy, bit for bit."""
     tdtype = getattr(torch, dtype)
-    for name in ("nearest 1d ragged (phases, copies)", "bilinear x2 (phases)",
-                 "bicubic (matrix)"):
+    for name in ("nearest 1d ragged (phases, copies)", "bicubic (matrix)"):
         shape, kwargs = CASES[name]
         t = torch.randn(shape).to(tdtype)
         x = jnp.asarray(t.float().numpy()).astype(dtype)
@@ -223,8 +222,7 @@ def test_half_precision_as_torch(dtype, rng):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", ["bilinear x2 (phases)", "bicubic (matrix)",
-                                  "nearest 3d scale 1.7 (runs)", "area"])
+@pytest.mark.parametrize("name", ["bilinear x2 (phases)", "nearest 3d scale 1.7 (runs)"])
 def test_channels_last_is_the_transposed_call(name, rng):
     shape, kwargs = CASES[name]
     x = rng.standard_normal(shape)
@@ -235,8 +233,7 @@ def test_channels_last_is_the_transposed_call(name, rng):
 
 
 # One case per strategy in the default run (each transform compiles a program of its own).
-TRANSFORM_CASES = ["nearest x2 (repeat)", "bilinear x2 (phases)",
-                   "bilinear align_corners (matrix)"]
+TRANSFORM_CASES = ["nearest 1d ragged (phases, copies)", "bilinear align_corners (matrix)"]
 
 
 @pytest.mark.parametrize("name", [
