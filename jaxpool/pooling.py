@@ -124,7 +124,9 @@ def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_la
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
         plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, 0, 1,
                              ceil_mode, channels_last)
-        magnitude = jnp.abs(jnp.asarray(x))
+        x = jnp.asarray(x)
+        # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
+        magnitude = x * jnp.sign(x)
         return (_max(plan, magnitude, False) if norm_type > 0
                 else -_max(plan, -magnitude, False))
     plan = plan_lp_pool(op, x.shape, x.dtype, ndim, norm_type, kernel_size, stride,

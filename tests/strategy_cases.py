@@ -44,6 +44,8 @@ CASES = {
         lambda s: plan_adaptive("", s, None, 2, (9, 3), channels_last=True)),
     "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (21, 17)), (1, 2, 30, 30),
                lambda s: plan_adaptive("", s, None, 2, (21, 17))),
+    "matrix equal windows": (lambda x: jaxpool.avg_pool1d(x, 10, 1, 2), (1, 2, 40),
+                             lambda s: plan_avg_pool("", s, None, 1, 10, 1, 2)),
     "global": (lambda x: jaxpool.global_avg_pool(x), (2, 3, 5, 7), None),
     "3d mixed": (lambda x: jaxpool.adaptive_avg_pool3d(x, (2, 3, 8)), (1, 2, 4, 5, 4),
                  lambda s: plan_adaptive("", s, None, 3, (2, 3, 8))),
@@ -70,6 +72,7 @@ TORCH = {
     "sums up + blocks channels-last":
         lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (9, 3)).permute(0, 2, 3, 1),
     "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
+    "matrix equal windows": lambda t: F.avg_pool1d(t, 10, 1, 2),
     "global": lambda t: t.mean(dim=(2, 3)),
     "3d mixed": lambda t: F.adaptive_avg_pool3d(t, (2, 3, 8)),
 }
@@ -125,6 +128,9 @@ def test_every_strategy_has_a_case():
     assert set(TORCH) == set(CASES) and set(MAX_TORCH) == set(MAX_CASES)
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
     assert {tangent for _, tangent in AXES} == set(TANGENTS)
-    # blocks and taps both with derivatives from the window matrix and without
-    assert {t for s, t in AXES if s == "blocks"} >= {"matrix", "values"}
-    assert {t for s, t in AXES if s == "taps"} >= {"matrix", "taps"}
+    # blocks and taps both with derivatives from one reduce_window and without; matrix
+    # with ragged windows and with equal ones; sums with either rule
+    assert {t for s, t in AXES if s == "blocks"} >= {"reduce_window", "values"}
+    assert {t for s, t in AXES if s == "taps"} >= {"reduce_window", "taps"}
+    assert {t for s, t in AXES if s == "matrix"} >= {"reduce_window", "matrix"}
+    assert {t for s, t in AXES if s == "sums"} >= {"reduce_window", "rows"}
