@@ -227,9 +227,14 @@ def plan_pad(shape, pad, mode="constant", value=None, channels_last=False) -> Pa
                                  f"({lo}, {hi}) for axis {axis} of extent {n} leaves "
                                  f"{cropped} elements, fewer than a pad")
         size = n + lo + hi
-        if size < (0 if mode in ("constant", "circular") else 1):
+        if size < 0:
             raise ValueError(f"pad: ({lo}, {hi}) for axis {axis} of extent {n} leaves "
                              f"{size} elements")
+    sizes = [shape[axis] + lo + hi for axis, lo, hi in widths]
+    if mode in ("reflect", "replicate") and max(sizes) < 1:
+        # torch: some padded axis must keep an element (the others may be emptied)
+        raise ValueError(f"pad: {pad!r} in mode {mode!r} leaves no element on any padded "
+                         f"axis of x of shape {shape}")
     return PadPlan(shape, mode, widths, value)
 
 
