@@ -44,11 +44,9 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 
 def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax.Array:
     """``sum_t w_t * rows_t`` in tap order, or the one copied row."""
-    total = None
-    for row, w in zip(rows, weights):
-        term = row if plan.copies else row * jnp.asarray(w, x.dtype)
-        total = term if total is None else total + term
-    return total
+    terms = [row if plan.copies else row * jnp.asarray(w, x.dtype)
+             for row, w in zip(rows, weights)]
+    return functools.reduce(jnp.add, terms)
 
 
 def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range) -> list:
@@ -141,7 +139,7 @@ def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> ja
     neg = jnp.where(x == -jnp.inf, one, zero)
     nan = jnp.where(jnp.isnan(x), one, zero)
     exact = base ** 3 < 2.0 ** jnp.finfo(x.dtype).nmant
-    counts = {}
+    counts: dict[str, tuple] = {}
     for name, pattern in patterns.items():
         if not pattern.any():
             counts[name] = (zero, zero, zero)

@@ -78,18 +78,24 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
       >>> jaxpool.interpolate(jnp.ones((2, 8, 16, 16)), scale_factor=2, mode="bilinear").shape
       (2, 8, 32, 32)
     """
-    x = _static("interpolate", x)
-    sizes, plan = plan_interpolate("interpolate", x.shape, x.dtype, size, scale_factor, mode,
-                                   align_corners, recompute_scale_factor, antialias,
+    array = _static("interpolate", x)
+    sizes, plan = plan_interpolate("interpolate", array.shape, array.dtype, size, scale_factor,
+                                   mode, align_corners, recompute_scale_factor, antialias,
                                    channels_last)
     if plan is None:
-        return _AREA[len(sizes)](x, sizes, channels_last=channels_last)
-    return _resample.run(plan, jnp.asarray(x))
+        return _AREA[len(sizes)](array, sizes, channels_last=channels_last)
+    return _resample.run(plan, jnp.asarray(array))
 
 
 def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
                      channels_last: bool = False) -> jax.Array:
     """``torch.nn.functional.upsample_nearest``: :func:`interpolate` with ``mode="nearest"``.
+
+    Args:
+      x, size, scale_factor, channels_last: as :func:`interpolate`.
+
+    Returns:
+      ``x``'s layout and dtype with the new spatial extents; values copied.
 
     Example:
       >>> jaxpool.upsample_nearest(jnp.ones((2, 8, 5)), scale_factor=3).shape
@@ -102,6 +108,13 @@ def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg
                       channels_last: bool = False) -> jax.Array:
     """``torch.nn.functional.upsample_bilinear``: :func:`interpolate` with
     ``mode="bilinear"`` and ``align_corners=True``.
+
+    Args:
+      x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
+      size, scale_factor, channels_last: as :func:`interpolate`.
+
+    Returns:
+      ``x``'s layout and dtype with the new spatial extents.
 
     Example:
       >>> jaxpool.upsample_bilinear(jnp.ones((2, 8, 5, 5)), size=9).shape
@@ -116,8 +129,16 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
 
     ``[*, C*r*r, H, W] -> [*, C, H*r, W*r]`` with ``r = upscale_factor``: channel
     ``c*r*r + i*r + j`` at ``(h, w)`` goes to ``(c, h*r + i, w*r + j)``. With
-    ``channels_last``, ``[*, H, W, C*r*r] -> [*, H*r, W*r, C]`` in the same order. Every
-    value is copied (any dtype).
+    ``channels_last``, ``[*, H, W, C*r*r] -> [*, H*r, W*r, C]`` in the same order.
+
+    Args:
+      x: ``[*, C*r*r, H, W]`` (rank 3 or more; any dtype); with ``channels_last``,
+        ``[*, H, W, C*r*r]``.
+      upscale_factor: ``r``, a positive int.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``[*, C, H*r, W*r]`` (``[*, H*r, W*r, C]``) in ``x``'s dtype, every value copied.
 
     Example:
       >>> jaxpool.pixel_shuffle(jnp.ones((2, 27, 8, 8)), 3).shape
@@ -134,9 +155,14 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
     """Move space into channels, as ``torch.nn.functional.pixel_unshuffle``, the inverse
     of :func:`pixel_shuffle`.
 
-    ``[*, C, H*r, W*r] -> [*, C*r*r, H, W]`` with ``r = downscale_factor``; with
-    ``channels_last``, ``[*, H*r, W*r, C] -> [*, H, W, C*r*r]``. Every value is copied
-    (any dtype).
+    Args:
+      x: ``[*, C, H*r, W*r]`` (rank 3 or more; any dtype); with ``channels_last``,
+        ``[*, H*r, W*r, C]``.
+      downscale_factor: ``r``, a positive int.
+      channels_last: channels after the spatial axes.
+
+    Returns:
+      ``[*, C*r*r, H, W]`` (``[*, H, W, C*r*r]``) in ``x``'s dtype, every value copied.
 
     Example:
       >>> jaxpool.pixel_unshuffle(jnp.ones((2, 3, 24, 24)), 3).shape

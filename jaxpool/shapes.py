@@ -518,22 +518,44 @@ def interpolate(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg
 
 def upsample_nearest(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
                      *, channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.upsample_nearest`."""
+    """Output shape of :func:`jaxpool.upsample_nearest`.
+
+    Args:
+      input_shape: as :func:`interpolate`'s.
+      size, scale_factor, channels_last: as :func:`jaxpool.upsample_nearest`.
+
+    Returns:
+      The output shape, same layout.
+    """
     return interpolate(input_shape, size, scale_factor, "nearest",
                        channels_last=channels_last)
 
 
 def upsample_bilinear(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
                       *, channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.upsample_bilinear`."""
+    """Output shape of :func:`jaxpool.upsample_bilinear`.
+
+    Args:
+      input_shape: ``[B, C, H, W]`` (``[B, H, W, C]`` with ``channels_last``).
+      size, scale_factor, channels_last: as :func:`jaxpool.upsample_bilinear`.
+
+    Returns:
+      The output shape, same layout.
+    """
     return interpolate(input_shape, size, scale_factor, "bilinear", True,
                        channels_last=channels_last)
 
 
 def pixel_shuffle(input_shape: Shape, upscale_factor: int, *, channels_last: bool = False
                   ) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.pixel_shuffle`: ``[*, C*r*r, H, W] -> [*, C, H*r,
-    W*r]`` (channels last with ``channels_last``).
+    """Output shape of :func:`jaxpool.pixel_shuffle`.
+
+    Args:
+      input_shape: ``[*, C*r*r, H, W]`` (``[*, H, W, C*r*r]`` with ``channels_last``).
+      upscale_factor, channels_last: as :func:`jaxpool.pixel_shuffle`.
+
+    Returns:
+      ``[*, C, H*r, W*r]`` (``[*, H*r, W*r, C]``).
 
     Example:
       >>> jaxpool.shapes.pixel_shuffle((8, 27, 32, 32), 3)
@@ -545,8 +567,14 @@ def pixel_shuffle(input_shape: Shape, upscale_factor: int, *, channels_last: boo
 
 def pixel_unshuffle(input_shape: Shape, downscale_factor: int, *, channels_last: bool = False
                     ) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.pixel_unshuffle`: ``[*, C, H*r, W*r] -> [*, C*r*r,
-    H, W]`` (channels last with ``channels_last``).
+    """Output shape of :func:`jaxpool.pixel_unshuffle`.
+
+    Args:
+      input_shape: ``[*, C, H*r, W*r]`` (``[*, H*r, W*r, C]`` with ``channels_last``).
+      downscale_factor, channels_last: as :func:`jaxpool.pixel_unshuffle`.
+
+    Returns:
+      ``[*, C*r*r, H, W]`` (``[*, H, W, C*r*r]``).
 
     Example:
       >>> jaxpool.shapes.pixel_unshuffle((8, 3, 96, 96), 3)
