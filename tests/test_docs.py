@@ -95,5 +95,6 @@ def test_examples_cover_every_public_function():
     examples = {case.values[0].name for case in _examples()}
     without = [f"jaxpool.{name}" for name in jaxpool.__all__
                if inspect.isfunction(getattr(jaxpool, name))
-               and f"jaxpool.pooling.{getattr(jaxpool, name).__name__}" not in examples]
+               and f"{getattr(jaxpool, name).__module__}.{getattr(jaxpool, name).__name__}"
+               not in examples]
     assert not without, f"public functions without an example in their docstring: {without}"
