@@ -3,9 +3,13 @@
 The torch model is written out below (torchvision is not needed). Its Flax linen port uses
 jaxpool's pooling layers: `jaxpool.linen.MaxPool2d(3, 2, 1)` for the stem and
 `jaxpool.linen.AdaptiveAvgPool2d(1)` for the head, whose numbers are torch's. The torch
-weights go into the port with `parity.load_torch_weights`, and `parity.compare_layers`
-checks every layer's output, the logits and the gradient of a loss with respect to every
-parameter and to the input, in float64 and in float32, BatchNorm in eval mode.
+weights go into the port with `parity.load_torch_weights` (paired in the order the port
+calls its layers), and `parity.compare_layers` checks every weight, every layer's output,
+the logits, and the gradient of a loss with respect to every parameter and at every layer's
+input, in float64 and in float32 (judged against torch in float64), BatchNorm in eval mode,
+in both modes: chained (each side runs on its own outputs) and shadow (each Flax layer gets
+the torch layer's recorded input and output cotangent, so each row is that layer's own
+error).
 
     python examples/port_resnet.py                          # the port agrees: exit 0
     python examples/port_resnet.py --plant-bug layer2.0.bn2  # a BatchNorm epsilon changed
@@ -15,7 +19,8 @@ parameter and to the input, in float64 and in float32, BatchNorm in eval mode.
 
 `--plant-bug LAYER` changes one layer of the Flax port (named as in torch): a convolution's
 padding, a BatchNorm's epsilon or the max pool's padding and ceil_mode. The report must
-name that layer as the first divergence (exit 0 if it does, 1 if not).
+name that layer as the first divergence in every precision and mode (exit 0 if it does, 1
+if not).
 """
 
 from __future__ import annotations
@@ -63,21 +68,21 @@ class TorchBasicBlock(torch.nn.Module):
 class TorchResNet18(torch.nn.Module):
     """[B, 3, H, W] -> [B, num_classes]."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, width: int = 64):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(64)
+        self.conv1 = torch.nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(width)
         self.relu = torch.nn.ReLU(inplace=True)
         self.maxpool = torch.nn.MaxPool2d(3, 2, 1)
-        widths = (64, 128, 256, 512)
-        c_in = 64
+        widths = (width, 2 * width, 4 * width, 8 * width)
+        c_in = width
         for i, c_out in enumerate(widths):
             stride = 1 if i == 0 else 2
             setattr(self, f"layer{i + 1}", torch.nn.Sequential(
                 TorchBasicBlock(c_in, c_out, stride), TorchBasicBlock(c_out, c_out, 1)))
             c_in = c_out
         self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
-        self.fc = torch.nn.Linear(512, num_classes)
+        self.fc = torch.nn.Linear(8 * width, num_classes)
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -130,17 +135,18 @@ class ResNet18(nn.Module):
     the max pool padding 0 with ceil_mode (same output shape, windows shifted by one)."""
 
     num_classes: int = 10
+    width: int = 64
     bug: str = ""
 
     @nn.compact
     def __call__(self, x):
-        bug = self.bug
-        x = nn.relu(_bn("bn1", "", bug)(_conv(64, 7, 2, 3, "conv1", "", bug)(x)))
+        bug, w = self.bug, self.width
+        x = nn.relu(_bn("bn1", "", bug)(_conv(w, 7, 2, 3, "conv1", "", bug)(x)))
         if bug == "maxpool":
             x = jpl.MaxPool2d(3, 2, padding=0, ceil_mode=True, name="maxpool")(x)
         else:
             x = jpl.MaxPool2d(3, 2, 1, name="maxpool")(x)
-        for i, c_out in enumerate((64, 128, 256, 512)):
+        for i, c_out in enumerate((w, 2 * w, 4 * w, 8 * w)):
             for j in range(2):
                 prefix = f"layer{i + 1}.{j}"
                 stride = 2 if i > 0 and j == 0 else 1
@@ -183,8 +189,12 @@ def main(argv=None) -> int:
     p.add_argument("--list-layers", action="store_true", help="list the layers a bug can go in")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--size", type=int, default=64, help="input height and width")
+    p.add_argument("--width", type=int, default=64,
+                   help="channels of the first stage (torchvision's: 64)")
     p.add_argument("--dtype", choices=("float64", "float32"), action="append",
                    help="check only in this precision (default: float64 and float32)")
+    p.add_argument("--mode", choices=("chained", "shadow"), action="append",
+                   help="check only in this mode (default: chained and shadow)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--all-rows", action="store_true",
                    help="print every gradient row, not only the failing ones")
@@ -192,7 +202,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
-    torch_model = trained_like(TorchResNet18(), args.seed)
+    torch_model = trained_like(TorchResNet18(width=args.width), args.seed)
     names = layer_names(torch_model)
     if args.list_layers:
         print("\n".join(names))
@@ -201,28 +211,31 @@ def main(argv=None) -> int:
         p.error(f"--plant-bug: no layer {args.plant_bug!r}; --list-layers lists them")
 
     x = np.random.default_rng(args.seed).standard_normal((args.batch, 3, args.size, args.size))
-    model = ResNet18(bug=args.plant_bug)
+    model = ResNet18(width=args.width, bug=args.plant_bug)
     n_params = sum(t.numel() for t in torch_model.parameters())
     print(f"ResNet-18, {n_params:,} parameters, input {list(x.shape)} (torch layout); "
           + (f"bug planted in {args.plant_bug}" if args.plant_bug else "no bug planted"))
 
-    # The port's variables, from torch. Initialised from the clean port: a wrong padding
-    # makes the buggy one fail to run (a residual add of two shapes), and the weights are
-    # the same either way.
-    init = ResNet18().init(jax.random.key(0), jnp.ones((1, args.size, args.size, 3)))
-    variables = parity.load_torch_weights(torch_model, init)
+    # The port's variables, from torch, paired in the order the clean port calls its layers
+    # (a wrong padding makes the buggy one fail to run, and the weights are the same).
+    example = jnp.ones((1, args.size, args.size, 3))
+    init = ResNet18(width=args.width).init(jax.random.key(0), example)
+    variables = parity.load_torch_weights(torch_model, init, model=ResNet18(width=args.width),
+                                          x=example)
 
     reports = {}
     for dtype in [np.dtype(d) for d in args.dtype or ("float64", "float32")]:
-        t0 = time.perf_counter()
-        report = parity.compare_layers(torch_model, model, variables, x.astype(dtype))
-        seconds = time.perf_counter() - t0
-        reports[dtype.name] = report
-        if dtype == np.float64 or len(reports) == 1 or not report.ok:
-            print(report.format(gradients=args.all_rows), end="")
-        else:
-            print(report.summary())
-        print(f"({seconds:.0f} s)")
+        for mode in args.mode or ("chained", "shadow"):
+            t0 = time.perf_counter()
+            report = parity.compare_layers(torch_model, model, variables, x.astype(dtype),
+                                           mode=mode)
+            seconds = time.perf_counter() - t0
+            reports[f"{dtype.name} {mode}"] = report
+            if len(reports) == 1 or not report.ok:
+                print(report.format(gradients=args.all_rows), end="")
+            else:
+                print(report.summary())
+            print(f"({seconds:.0f} s)")
 
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

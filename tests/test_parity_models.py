@@ -152,17 +152,20 @@ def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_port_agrees_in_float64_and_float32(tmp_path):
-    proc = run("--batch", "1", "--size", "32", "--out", str(tmp_path))
-    for dtype in ("float64", "float32"):
-        assert f"agree with torch ({dtype}, eval mode, chained" in proc.stdout, proc.stdout
+def test_port_agrees_in_both_precisions_and_modes(tmp_path):
+    proc = run("--batch", "1", "--size", "32", "--width", "16", "--out", str(tmp_path))
     reports = json.loads((tmp_path / "port_resnet.json").read_text())
-    for dtype in ("float64", "float32"):
-        rows = reports[dtype]["rows"]
-        assert reports[dtype]["ok"] and rows[0]["kind"] == "weight"
+    assert list(reports) == ["float64 chained", "float64 shadow", "float32 chained",
+                             "float32 shadow"]
+    for key, report in reports.items():
+        dtype, mode = key.split()
+        assert f"agree with torch ({dtype}, eval mode, {mode}" in proc.stdout, proc.stdout
+        rows = report["rows"]
+        assert report["ok"] and report["mode"] == mode and rows[0]["kind"] == "weight"
         assert {r["torch_name"] for r in rows} >= {"maxpool", "avgpool", "fc", "fc.weight",
                                                    "conv1.weight", ""}
-    assert reports["float32"]["reference"] == "torch float64"
+        assert report["reference"] == ("torch" if dtype == "float64" else "torch float64")
+    assert "52 layer outputs, 62 gradients, 52 input gradients agree" in proc.stdout
 
 
 def _main():
@@ -174,12 +177,12 @@ def _main():
 
 
 def test_planted_bug_is_the_first_divergence_in_both_modes(capsys):
-    code = _main()(["--batch", "1", "--size", "32", "--plant-bug", "layer2.0.bn2",
-                    "--dtype", "float64", "--mode", "chained", "--mode", "shadow"])
+    code = _main()(["--batch", "1", "--size", "32", "--width", "16", "--plant-bug",
+                    "layer2.0.bn2", "--dtype", "float32"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "FAIL <- first divergence" in out
-    assert "first divergence: float64 chained layer2.0.bn2, float64 shadow layer2.0.bn2 " \
+    assert "first divergence: float32 chained layer2.0.bn2, float32 shadow layer2.0.bn2 " \
            "(found)" in out
 
 

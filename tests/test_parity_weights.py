@@ -269,11 +269,13 @@ def test_bad_arguments():
         parity.load_torch_weights(TorchNet(), _net_variables(), name_map={"fc2": "Dense_0"})
     with pytest.raises(ValueError, match="name_map: no Flax module 'Dense_9'"):
         parity.load_torch_weights(TorchNet(), _net_variables(), name_map={"fc": "Dense_9"})
+    with pytest.raises(ValueError, match="model and x go together"):
+        parity.load_torch_weights(TorchNet(), _net_variables(), model=Net())
 
 
-def test_sorted_keys_are_taken_in_natural_order():
-    """A tree_map or jit returns dict keys sorted (Dense_10 before Dense_2); the matching
-    then takes them in natural order, which is creation order for Flax's own names."""
+def test_layers_that_fit_one_counterpart_need_no_order():
+    """A tree_map or jit returns dict keys sorted (Dense_10 before Dense_2); where every
+    layer fits exactly one counterpart by shape, the order does not matter."""
     torch_net = torch.nn.Sequential(*[torch.nn.Linear(i + 1, i + 2) for i in range(12)])
 
     class Chain(nn.Module):
@@ -289,6 +291,99 @@ def test_sorted_keys_are_taken_in_natural_order():
     loaded = parity.load_torch_weights(torch_net, variables)
     np.testing.assert_array_equal(loaded["params"]["Dense_10"]["bias"],
                                   torch_net[10].bias.detach().numpy())
+
+
+# A net whose auto-names sort out of creation order: "BasicBlock_0" < "BatchNorm_0", so that
+# variables with sorted keys list the blocks' BatchNorms before the stem's.
+
+
+class TorchBasicBlock(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) + x
+
+
+class TorchBlockNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.block1 = TorchBasicBlock(4)
+        self.block2 = TorchBasicBlock(4)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = self.block2(self.block1(torch.relu(self.bn(self.conv(x)))))
+        return self.fc(x.mean((2, 3)))
+
+
+class BasicBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        y = nn.Conv(x.shape[-1], (3, 3), padding=1, use_bias=False)(x)
+        return nn.relu(nn.BatchNorm(use_running_average=True, epsilon=1e-5)(y)) + x
+
+
+class BlockNet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(4, (3, 3), padding=1)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=True, epsilon=1e-5)(x))
+        x = BasicBlock()(x)
+        x = BasicBlock()(x)
+        return nn.Dense(3)(x.mean((1, 2)))
+
+
+def _block_net_case():
+    torch_net = randomise(TorchBlockNet().double()).eval()
+    x = _input((2, 3, 6, 6), "first")
+    x_flax = jnp.asarray(np.moveaxis(x, 1, -1))
+    with x64():
+        init = BlockNet().init(jax.random.key(0), x_flax)
+    return torch_net, x, x_flax, init
+
+
+@pytest.mark.parametrize("reorder", ["jit", "tree_map"])
+def test_sorted_variables_are_never_paired_by_their_order(reorder):
+    torch_net, x, x_flax, _ = _block_net_case()
+    with x64():
+        if reorder == "jit":
+            variables = jax.jit(BlockNet().init)(jax.random.key(0), x_flax)
+        else:
+            variables = jax.tree_util.tree_map(lambda a: a, BlockNet().init(jax.random.key(0),
+                                                                            x_flax))
+        variables = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), variables)
+    assert list(variables["batch_stats"]) == ["BasicBlock_0", "BasicBlock_1", "BatchNorm_0"]
+    with pytest.raises(ValueError) as info:
+        parity.load_torch_weights(torch_net, variables)
+    msg = str(info.value)
+    assert "cannot be paired without guessing" in msg
+    assert "  bn (BatchNorm2d): BasicBlock_0/BatchNorm_0, BasicBlock_1/BatchNorm_0, BatchNorm_0" \
+        in msg
+    assert "model=..., x=..." in msg and 'name_map={"bn": "<path>", "block1.conv": "<path>"' in msg
+    with pytest.raises(ValueError, match="cannot be paired without guessing"):
+        parity.to_torch_weights(variables, TorchBlockNet().double())
+
+    def agrees(v):
+        return parity.compare(lambda x: BlockNet().apply(v, jnp.moveaxis(x, 1, -1)), torch_net,
+                              x, orders=0).ok
+
+    by_calls = parity.load_torch_weights(torch_net, variables, model=BlockNet(), x=x_flax)
+    assert agrees(by_calls)
+    by_hand = parity.load_torch_weights(torch_net, variables, name_map={
+        "bn": "BatchNorm_0", "block1.conv": "BasicBlock_0/Conv_0",
+        "block1.bn": "BasicBlock_0/BatchNorm_0", "block2.conv": "BasicBlock_1/Conv_0",
+        "block2.bn": "BasicBlock_1/BatchNorm_0"})
+    assert agrees(by_hand)
+    # and back: Flax weights into a fresh torch net, paired by the calls
+    back = parity.to_torch_weights(by_calls, TorchBlockNet().double().eval(), model=BlockNet(),
+                                   x=x_flax)
+    xt = torch.from_numpy(x)
+    torch.testing.assert_close(back(xt), torch_net(xt), rtol=0, atol=0)
 
 
 def test_loaded_variables_keep_structure_and_dtype_and_skip_num_batches_tracked():
@@ -322,13 +417,13 @@ class TwoHeads(nn.Module):
         return nn.Dense(4, name="a", param_dtype=jnp.float64)(x) - 2 * b
 
 
-def test_name_map_overrides_the_order():
+def test_equal_names_pair_and_name_map_overrides():
     torch_net = randomise(TorchTwoHeads().double())
     x = np.random.default_rng(3).standard_normal((2, 4))
     with x64():  # straight from init: the variables in creation order, b first
         init = TwoHeads().init(jax.random.key(0), jnp.asarray(x))
     assert list(init["params"]) == ["b", "a"]
-    by_order = parity.load_torch_weights(torch_net, init)
-    assert not parity.compare(lambda x: TwoHeads().apply(by_order, x), torch_net, x, orders=0).ok
-    by_name = parity.load_torch_weights(torch_net, init, name_map={"a": "a", "b": ("b",)})
+    by_name = parity.load_torch_weights(torch_net, init)  # "a" is "a", whatever the order
     assert parity.compare(lambda x: TwoHeads().apply(by_name, x), torch_net, x, orders=1).ok
+    swapped = parity.load_torch_weights(torch_net, init, name_map={"a": "b", "b": ("a",)})
+    assert not parity.compare(lambda x: TwoHeads().apply(swapped, x), torch_net, x, orders=0).ok
