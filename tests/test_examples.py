@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py")
+SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py")
 
 
 def run(script: str, *args: str, out: Path | None = None, env_extra: dict | None = None):
@@ -79,3 +79,11 @@ def test_sharded_training(tmp_path):
     m = metrics(tmp_path, "sharded_metrics.json")
     assert m["devices"] == 8 and "sharded as P('data',)" in proc.stdout
     assert m["train"]["first_step_param_diff"] < 1e-5 and m["train"]["max_loss_diff"] < 1e-4
+
+
+def test_segment(tmp_path):
+    proc = run("segment.py", "--steps", "3", "--size", "16", "--width", "4", out=tmp_path)
+    m = metrics(tmp_path, "segment_metrics.json")
+    assert m["parity_ok"] == {"float64": True, "float32": True}
+    assert len(m["losses"]) == 3 and "test pixel accuracy" in proc.stdout
+    assert "MaxUnpool2d_1" in proc.stdout and "ReflectionPad2d_4" in proc.stdout

@@ -199,6 +199,11 @@ DERIVATIVE_CASES = {
 }
 
 
+# one case per placement strategy by default; 1d and 3d too under -m slow
+DERIVATIVE_SPREAD = [pytest.param(name, marks=() if "2d" in name else pytest.mark.slow)
+                     for name in DERIVATIVE_CASES]
+
+
 def _derivative_case(name, rng):
     shape, kernel, stride, padding = DERIVATIVE_CASES[name]
     ndim = len(shape) - 2
@@ -255,11 +260,6 @@ def test_no_scatter_or_gather_at_any_order(name, rng, x64):
     for program, fn in programs.items():
         banned = {op for op in _stablehlo_ops(fn, x) if "scatter" in op or op == "gather"}
         assert not banned, f"{name}: {program} lowers to {banned}"
-
-
-# one case per placement strategy by default; 1d and 3d too under -m slow
-DERIVATIVE_SPREAD = [pytest.param(name, marks=() if "2d" in name else pytest.mark.slow)
-                     for name in DERIVATIVE_CASES]
 
 
 @pytest.mark.parametrize("name", DERIVATIVE_SPREAD)
