@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ import jaxpool
 import parity
 from parity.pooling import report as report_mod
 from parity.pooling import grid as suite
-from parity.pooling.cli import main
+from parity.pooling import runner
+from parity.pooling.cli import build_parser, main
 
 
 def _case(op, dtype="float64", channels_last=False):
@@ -184,7 +186,8 @@ def test_report_formats():
 def test_cli_writes_json_and_markdown(tmp_path, capsys):
     js, md = tmp_path / "r.json", tmp_path / "r.md"
     code = main(["--op", "global_avg_pool", "--dtype", "float64", "--layout", "first",
-                 "--no-progress", "--json", str(js), "--markdown", str(md)])
+                 "--no-progress", "--jobs", "1", "--no-cache", "--json", str(js),
+                 "--markdown", str(md)])
     assert code == 0
     assert json.loads(js.read_text())["summary"]["ok"] is True
     assert md.read_text().startswith("# parity")
@@ -195,14 +198,14 @@ def test_cli_exit_status_is_1_on_failure(monkeypatch, capsys):
     monkeypatch.setattr(jaxpool, "global_avg_pool",
                         lambda x, channels_last=False: _wrong_vjp_global(x))
     code = main(["--op", "global_avg_pool", "--dtype", "float64", "--layout", "first",
-                 "--orders", "1", "--no-progress"])
+                 "--orders", "1", "--no-progress", "--jobs", "1", "--no-cache"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "vjp" in out
 
 
 def test_cli_rejects_bad_arguments(capsys):
     for argv in (["--op", "fractional_max_pool2d"], ["--dtype", "float8"], ["--quick", "--full"],
-                 ["--orders", "-1"]):
+                 ["--orders", "-1"], ["--jobs", "0"], ["--no-cache", "--cache-dir", "x"]):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2
@@ -211,18 +214,40 @@ def test_cli_rejects_bad_arguments(capsys):
     assert listed and all(line.startswith("avg_pool3d") for line in listed)
 
 
-def test_python_dash_m_parity_runs():
+def test_python_dash_m_parity_runs_in_workers_through_the_user_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "jaxpool" / "parity"
+    assert runner.default_cache_dir() != cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert runner.default_cache_dir() == cache
+    help_text = build_parser().format_help()
+    assert str(cache) in help_text.replace("\n", "").replace(" ", "")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "parity", "--op", "adaptive_avg_pool2d", "--dtype", "float16",
-         "--layout", "last", "--no-progress"],
-        capture_output=True, text=True, timeout=600)
+         "--layout", "last", "--no-progress", "--jobs", "2", "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "adaptive_avg_pool2d" in proc.stdout and "PASS" in proc.stdout
+    assert any(cache.iterdir())  # the compiled programs, for the next run
+    # both cases came back from the workers, in order
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [c["case"] for c in doc["cases"]] == [
+        c.label for c in suite.quick_cases(["adaptive_avg_pool2d"], ["float16"])
+        if c.layout in ("last", "-")]
+
+
+def test_compilation_cache_is_used_and_then_restored(tmp_path):
+    before = jax.config.jax_compilation_cache_dir
+    with runner.compilation_cache(tmp_path):
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path)
+        jax.jit(lambda x: x * 3.0 + 1.0)(np.arange(5.0)).block_until_ready()
+    assert any(tmp_path.iterdir())
+    assert jax.config.jax_compilation_cache_dir == before
 
 
 @pytest.mark.slow
 def test_quick_suite_passes():
-    assert main(["--no-progress"]) == 0
+    assert main(["--no-progress", "--no-cache"]) == 0
 
 
 def test_generic_compare_is_exported():

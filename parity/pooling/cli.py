@@ -1,6 +1,8 @@
 """``python -m parity``: check every jaxpool op against torch, values and derivatives to order 3.
 
-Exit status 0 only if every check passed (1 if any failed, 2 for bad arguments).
+Exit status 0 only if every check passed (1 if any failed, 2 for bad arguments). The cases
+run in one worker process per CPU, and the compiled programs are kept in a per-user cache
+directory between runs (``--no-cache`` to compile everything afresh).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 
 from . import grid
 from . import report as report_mod
+from . import runner
 from .ops import OPS
 
 
@@ -49,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=pathlib.Path, metavar="PATH", help="write results as JSON")
     p.add_argument("--markdown", type=pathlib.Path, metavar="PATH",
                    help="write results as a Markdown report")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help=f"worker processes (default: one per CPU, here {runner.default_jobs()}; "
+                        "1 runs in this process)")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache-dir", type=pathlib.Path, default=runner.default_cache_dir(),
+                       metavar="DIR",
+                       help="keep the compiled programs in DIR between runs "
+                            "(default: %(default)s)")
+    cache.add_argument("--no-cache", action="store_true",
+                       help="compile every program afresh, and keep none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     return p
@@ -65,6 +78,8 @@ def select_cases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
             parser.error(f"--dtype: unknown dtype {dt!r}; choose from {', '.join(grid.DTYPES)}")
     if args.orders is not None and args.orders < 0:
         parser.error(f"--orders must be >= 0, got {args.orders}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     make = grid.full_cases if args.full else grid.quick_cases
     cases = make(ops, dtypes)
     if args.layout:
@@ -89,12 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         console.print(f"parity: cannot import jaxpool ({e}); install it first", style="red")
         return 2
-    import torch
-
-    # The suite's arrays are tiny; threads would only add overhead.
-    torch.set_num_threads(1)
-
-    results = []
     t0 = time.perf_counter()
     progress = Progress(
         SpinnerColumn(), BarColumn(bar_width=24), MofNCompleteColumn(),
@@ -103,15 +112,17 @@ def main(argv: list[str] | None = None) -> int:
         console=console, transient=True, disable=args.no_progress,
     )
     with progress:
-        # Most of the time goes into compiling one JAX program per case.
         task = progress.add_task("", total=len(cases), failed="")
         failed = 0
-        for case in cases:
-            progress.update(task, description=case.key)
-            res = grid.run_case(case)
-            results.append(res)
+
+        def done(res: grid.CaseResult) -> None:
+            nonlocal failed
             failed += not res.ok
-            progress.update(task, advance=1, failed=f"{failed} failed" if failed else "")
+            progress.update(task, advance=1, description=res.case.key,
+                            failed=f"{failed} failed" if failed else "")
+
+        results = runner.run_cases(cases, args.jobs or runner.default_jobs(),
+                         None if args.no_cache else args.cache_dir, done)
     seconds = time.perf_counter() - t0
 
     report_mod.render_table(results, console, seconds)

@@ -1,0 +1,115 @@
+"""Running the suite's cases: in this process or in worker processes, with JAX's persistent
+compilation cache.
+
+Nearly all of a case's time is JAX compiling its one fused program (the value and every
+derivative check); the compiled programs are tiny and run in microseconds. So the cache,
+which keeps compiled programs on disk between runs, saves most of a second run, and the
+cases, independent of one another, spread over the CPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pathlib
+import sys
+from typing import Callable, Iterator, Sequence
+
+from .grid import CaseResult, run_case
+
+__all__ = ["compilation_cache", "default_cache_dir", "default_jobs", "run_cases"]
+
+
+def default_cache_dir() -> pathlib.Path:
+    """The per-user cache directory of the suite's compiled programs (the platform's user
+    cache directory, ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, then ``jaxpool/parity``)."""
+    home = pathlib.Path.home()
+    if sys.platform == "win32":
+        base = pathlib.Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Caches"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        # The XDG spec ignores a relative path.
+        base = pathlib.Path(xdg) if os.path.isabs(xdg) else home / ".cache"
+    return base / "jaxpool" / "parity"
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_CACHE_OPTIONS = {
+    "jax_compilation_cache_dir": None,  # set to the directory
+    # Every program, however fast it compiled and however small it is: the suite's programs
+    # take a second or two each, below JAX's default thresholds for caching.
+    "jax_persistent_cache_min_compile_time_secs": 0.0,
+    "jax_persistent_cache_min_entry_size_bytes": -1,
+}
+
+
+@contextlib.contextmanager
+def compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
+    """Compile through JAX's persistent cache in ``path`` (nothing changes for None); the
+    previous settings come back on exit."""
+    if path is None:
+        yield
+        return
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    path.mkdir(parents=True, exist_ok=True)
+    before = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    for name, value in _CACHE_OPTIONS.items():
+        jax.config.update(name, str(path) if value is None else value)
+    jax_cache.reset_cache()  # JAX reads the settings once, at its first compilation
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        jax_cache.reset_cache()
+
+
+_worker_settings = contextlib.ExitStack()
+
+
+def _start_worker(cache_dir: pathlib.Path | None) -> None:
+    import torch
+
+    # The suite's arrays are tiny; threads would only add overhead.
+    torch.set_num_threads(1)
+    _worker_settings.enter_context(compilation_cache(cache_dir))  # for the worker's life
+
+
+def run_cases(cases: Sequence, jobs: int = 1, cache_dir: pathlib.Path | None = None,
+              done: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
+    """Run every case, in ``jobs`` worker processes (in this process for 1), compiling
+    through the cache in ``cache_dir`` (none for None); ``done`` sees each result as it
+    comes. Returns the results in the order of ``cases``."""
+    results = []
+    if jobs <= 1 or len(cases) <= 1:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with compilation_cache(cache_dir):
+                for case in cases:
+                    results.append(run_case(case))
+                    done(results[-1])
+        finally:
+            torch.set_num_threads(threads)
+        return results
+    # spawn, not fork: a forked JAX or torch runtime is not safe to use.
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(jobs, len(cases)), _start_worker, (cache_dir,)) as pool:
+        for result in pool.imap(run_case, cases):
+            results.append(result)
+            done(result)
+    return results
