@@ -7,8 +7,11 @@
    WGAN-GP-style double backward through ``jaxpool.adaptive_avg_pool2d`` (ragged windows:
    64x256x15x15 -> 4 and 16x64x50x50 -> 9), and a double backward through a ReLU followed
    by ``jaxpool.max_pool2d(3, 2, 1)`` (the ResNet stem, 64x64x112x112: after the ReLU
-   most windows tie at zero). The two runs must be bitwise equal, and close to torch's
-   float64 values on the CPU.
+   most windows tie at zero), and a SegNet-style decoder's double backward through
+   ``jaxpool.max_unpool2d(2)``, ``jaxpool.pad(..., "reflect")`` (ReflectionPad2d(3)) and
+   ``jaxpool.interpolate(..., mode="bilinear")`` (x2, align_corners=False), the three ops
+   whose backward torch refuses under ``use_deterministic_algorithms(True)``. The two
+   runs must be bitwise equal, and close to torch's float64 values on the CPU.
 2. ``flax.linen.max_pool``'s gradient (``select_and_scatter``) under the same flag, in its
    own process: whether XLA runs it, and if so whether two runs agree.
 3. torch CUDA on the same computations: whether two plain runs agree bit for bit, and
@@ -176,6 +179,75 @@ def torch_stem(arrays: dict, device: str, dtype):
             (("penalty", penalty), ("x", dx), ("v", dv))}
 
 
+def decoder_shape(quick: bool) -> tuple[int, int, int, int]:
+    """The pooled map the decoder unpools."""
+    return (4, 16, 28, 28) if quick else (16, 64, 56, 56)
+
+
+def decoder_name(quick: bool) -> str:
+    return (f"max_unpool2d(2) + reflect pad 3 + bilinear x2 on "
+            f"{'x'.join(map(str, decoder_shape(quick)))}")
+
+
+def decoder_arrays(shape, seed=0) -> dict[str, np.ndarray]:
+    """Decoder features, the indices of a 2x2 max pool of an encoder map, and a critic
+    head over the upsampled output (float32; int64 indices)."""
+    import torch
+    import torch.nn.functional as F
+
+    b, c, h, w = shape
+    rng = np.random.default_rng(seed)
+    encoder = torch.from_numpy(rng.standard_normal((b, c, 2 * h, 2 * w), dtype=np.float32))
+    _, indices = F.max_pool2d(encoder, 2, return_indices=True)
+    return {"x": rng.standard_normal(shape, dtype=np.float32), "indices": indices.numpy(),
+            "v": rng.standard_normal((b, c, 4 * h + 12, 4 * w + 12), dtype=np.float32)}
+
+
+def jax_decoder(arrays: dict):
+    """|grad|**2 of a critic over unpool -> reflect pad -> bilinear -> tanh, and its
+    gradient (a double backward through all three)."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxpool
+
+    indices = jnp.asarray(arrays["indices"].astype(np.int32))
+
+    def critic(x, v):
+        y = jaxpool.max_unpool2d(x, indices, 2)
+        y = jaxpool.pad(y, (3, 3, 3, 3), "reflect")
+        y = jaxpool.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False)
+        return jnp.sum(jnp.tanh(y) * v)
+
+    def penalty(x, v):
+        g = jax.grad(critic)(x, v)
+        return jnp.sum(g * g)
+
+    step = jax.jit(jax.value_and_grad(penalty, argnums=(0, 1)))
+    compiled = step.lower(arrays["x"], arrays["v"]).compile()
+    value, (dx, dv) = compiled(arrays["x"], arrays["v"])
+    return {"penalty": np.asarray(value), "x": np.asarray(dx), "v": np.asarray(dv)}, compiled.as_text()
+
+
+def torch_decoder(arrays: dict, device: str, dtype):
+    """The same quantities with torch autograd (double backward)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, v = (torch.tensor(arrays[n], device=device, dtype=dtype, requires_grad=True)
+            for n in ("x", "v"))
+    indices = torch.tensor(arrays["indices"], device=device)
+    y = F.max_unpool2d(x, indices, 2)
+    y = F.interpolate(F.pad(y, (3, 3, 3, 3), "reflect"), scale_factor=2, mode="bilinear",
+                      align_corners=False)
+    critic = (torch.tanh(y) * v).sum()
+    (g,) = torch.autograd.grad(critic, x, create_graph=True)
+    penalty = (g * g).sum()
+    dx, dv = torch.autograd.grad(penalty, [x, v])
+    return {n: t.detach().cpu().double().numpy() for n, t in
+            (("penalty", penalty), ("x", dx), ("v", dv))}
+
+
 def worrying_ops(hlo: str) -> str:
     """The ops of a compiled program that a deterministic GPU run cannot take for granted."""
     found = re.findall(r"\b(select-and-scatter|scatter|gather)\(", hlo)
@@ -193,6 +265,8 @@ def child_determinism(path: str, quick: bool) -> int:
     runs = [(name, lambda s=shape, k=k: jax_wgan(wgan_arrays(s, k), k))
             for name, shape, k in wgan_cases(quick)]
     runs.append((stem_name(quick), lambda: jax_stem(stem_arrays(stem_shape(quick)))))
+    runs.append((decoder_name(quick),
+                 lambda: jax_decoder(decoder_arrays(decoder_shape(quick)))))
     for name, run in runs:
         try:
             t0 = time.perf_counter()
@@ -299,7 +373,7 @@ def determinism(r: Report, tmp: str, quick: bool) -> bool:
                                   for k in keys)
         r.say(f"{name}: the two runs are {'bitwise EQUAL' if same else 'DIFFERENT'}")
         ok &= same
-    ok &= len(names) == len(wgan_cases(quick)) + 1
+    ok &= len(names) == len(wgan_cases(quick)) + 2
     ok &= against_torch(r, results[0], quick)
     r.say("determinism: " + ("PASSED" if ok else "FAILED"))
     return ok
@@ -315,6 +389,8 @@ def against_torch(r: Report, got: dict, quick: bool) -> bool:
     refs = {name: torch_wgan(wgan_arrays(shape, k), k, "cpu", torch.float64)
             for name, shape, k in wgan_cases(quick)}
     refs[stem_name(quick)] = torch_stem(stem_arrays(stem_shape(quick)), "cpu", torch.float64)
+    refs[decoder_name(quick)] = torch_decoder(decoder_arrays(decoder_shape(quick)), "cpu",
+                                              torch.float64)
     ok = True
     for name, ref in refs.items():
         errs = {n: float(np.max(np.abs(got[f"{name}|{n}"] - ref[n])) / (np.max(np.abs(ref[n])) or 1.0))
@@ -350,11 +426,22 @@ def torch_cuda(r: Report, quick: bool) -> None:
     same = all(a[n].tobytes() == b[n].tobytes() for n in a)
     r.say(f"relu + max_pool2d(3, 2, 1) double backward, two plain runs: "
           f"{'bitwise equal' if same else 'DIFFERENT bits'}")
+    decoder = decoder_arrays(decoder_shape(quick))
+    a, b = (torch_decoder(decoder, "cuda", torch.float32) for _ in range(2))
+    same = all(a[n].tobytes() == b[n].tobytes() for n in a)
+    r.say(f"{decoder_name(quick)} double backward, two plain runs: "
+          f"{'bitwise equal' if same else 'DIFFERENT bits'}")
     x = torch.tensor(stem["x"], device="cuda", requires_grad=True)
+    features = torch.tensor(decoder["x"], device="cuda", requires_grad=True)
+    indices = torch.tensor(decoder["indices"], device="cuda")
     backward = {
         "adaptive_avg_pool2d(4)": lambda: F.adaptive_avg_pool2d(x, 4),
         "adaptive_max_pool2d(4)": lambda: F.adaptive_max_pool2d(x, 4),
         "max_pool2d(3, 2, 1)": lambda: F.max_pool2d(x, 3, 2, 1),
+        "max_unpool2d(2)": lambda: F.max_unpool2d(features, indices, 2),
+        "pad(3, 'reflect') (ReflectionPad2d)": lambda: F.pad(x, (3, 3, 3, 3), "reflect"),
+        "interpolate(x2, 'bilinear')": lambda: F.interpolate(
+            x, scale_factor=2, mode="bilinear", align_corners=False),
     }
     torch.use_deterministic_algorithms(True)
     try:
