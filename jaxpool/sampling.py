@@ -28,7 +28,8 @@ bfloat16 and float32 inputs (torch's ``opmath`` type), ``float64`` for float64."
 
 MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 
-SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "matrix")
+SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "selections",
+                       "matrix")
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
@@ -42,6 +43,11 @@ MAX_EDGE_OUTPUTS = 16
 # Axes this small (in * out) are a matrix product whatever their pattern: a program of a few
 # operations, where slices would make dozens.
 MAX_SMALL_MATRIX = 256
+# An arbitrary scale with few taps per output selects each tap's rows by runs (one slice per
+# run) and weights them: two or four products per output where the matrix spends `in`
+# (4x64x64x64 -> 128 align_corners forward: see BENCHMARKS.md). Beyond this many slices
+# per axis the program grows too long and the matrix product is used.
+MAX_SELECTION_SLICES = 320
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,17 @@ def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | N
     return None
 
 
+def _sources_ordered(plan: AxisSampling) -> bool:
+    """Every output has the same number of taps, each tap's source non-decreasing."""
+    ntaps = len(plan.taps[0]) if plan.taps else 0
+    return ntaps > 0 and all(len(t) == ntaps for t in plan.taps) and all(
+        a[t] <= b[t] for a, b in zip(plan.taps, plan.taps[1:]) for t in range(ntaps))
+
+
+def _runs(plan: AxisSampling, t: int) -> int:
+    return 1 + sum(a[t] != b[t] for a, b in zip(plan.taps, plan.taps[1:]))
+
+
 def choose_sampling_strategy(plan: AxisSampling) -> str:
     """Pick how one axis is computed, all exact to torch's taps and NaN placement:
 
@@ -170,7 +187,10 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``phases``: the taps repeat every few outputs, shifted by a fixed step (a fixed
       integer or rational scale): one strided slice per phase and tap, the phases
       interleaved, and the edge outputs that break the pattern written out;
-    - ``matrix``: anything else (an arbitrary scale): a product with the ``[out, in]``
+    - ``selections``: an arbitrary scale with a few taps per output (linear, bicubic):
+      each tap's rows selected by runs of slices, times a constant weight vector;
+    - ``matrix``: anything else (large axes at an arbitrary scale, antialias): a product
+      with the ``[out, in]``
       matrix of the map, with a second product that keeps NaN and inf where torch puts
       them. Nearest modes never take it: they copy, so they take ``phases`` with the edge
       outputs written out, however many.
@@ -187,9 +207,12 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     if plan.copies:
         return "phases"
     phases = plan.phases()
+    ntaps = len(plan.taps[0])
+    if phases is None and n * k > MAX_SMALL_MATRIX and _sources_ordered(plan) \
+            and sum(_runs(plan, t) for t in range(ntaps)) <= MAX_SELECTION_SLICES:
+        return "selections"
     if phases is None or n * k <= MAX_SMALL_MATRIX:
         return "matrix"
-    ntaps = len(plan.taps[0])
     edges = phases.first + k - phases.stop
     return "phases" if (phases.period + edges) * ntaps <= MAX_PHASE_SLICES else "matrix"
 

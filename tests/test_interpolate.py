@@ -118,6 +118,10 @@ CASES = {
     "bilinear x8 (phases)": ((1, 2, 6, 5), {"scale_factor": 8, "mode": "bilinear"}),
     "bilinear align_corners (matrix)": ((2, 3, 9, 10), {"scale_factor": 2, "mode": "bilinear",
                                                         "align_corners": True}),
+    "bilinear align_corners large (selections)": ((1, 2, 12, 20), {
+        "size": (25, 39), "mode": "bilinear", "align_corners": True}),
+    "bicubic arbitrary scale (selections)": ((1, 2, 20, 16), {
+        "scale_factor": 1.37, "mode": "bicubic"}),
     "bilinear same size (nonfinite-to-nan)": ((2, 3, 6, 7), {"size": (6, 9), "mode": "bilinear"}),
     "linear 1d down": ((2, 3, 30), {"size": 11, "mode": "linear"}),
     "trilinear": ((1, 2, 3, 4, 5), {"size": (5, 3, 8), "mode": "trilinear"}),
@@ -233,7 +237,8 @@ def test_channels_last_is_the_transposed_call(name, rng):
 
 
 # One case per strategy in the default run (each transform compiles a program of its own).
-TRANSFORM_CASES = ["nearest 1d ragged (phases, copies)", "bilinear align_corners (matrix)"]
+TRANSFORM_CASES = ["nearest 1d ragged (phases, copies)", "bilinear align_corners (matrix)",
+                   "bicubic arbitrary scale (selections)"]
 
 
 @pytest.mark.parametrize("name", [
@@ -272,6 +277,7 @@ DERIVATIVE_CASES = {
     "phases": ((1, 2, 9, 10), {"scale_factor": 2, "mode": "bilinear"}),
     "matrix": ((1, 2, 5, 6), {"size": (7, 4), "mode": "bicubic", "align_corners": True}),
     "nonfinite-to-nan": ((1, 2, 4, 5), {"size": (4, 9), "mode": "bilinear"}),
+    "selections": ((1, 1, 20, 2), {"size": (27, 2), "mode": "bicubic"}),
     "antialias": ((1, 2, 9, 7), {"size": (4, 3), "mode": "bilinear", "antialias": True}),
 }
 

@@ -1,0 +1,247 @@
+"""The resampling cells: jaxpool.interpolate and pixel_shuffle against torch, and against
+jax.image.resize / scale_and_translate where their values are torch's for the cell.
+
+Run from the repository root:
+
+    python -m benchmarks.resampling                      # every cell, table to stdout
+    python -m benchmarks.resampling --markdown BENCHMARKS.md   # and into its section
+
+Each side's output in each mode is first compared with torch's in float64 (as the pooling
+grid does); a side that differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of
+sum(y**2)), `gradgrad` (gradient of that gradient's squared norm) under jax.jit, and
+`eager-fwd` / `eager-grad` (repeat calls without jax.jit). Candidate strategies: jaxpool
+with every axis forced to the matrix product (`jaxpool-matrix`) or to strided slices per
+phase (`jaxpool-phases`), on the cells whose scale allows both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import os
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.report import markers, splice
+from benchmarks.runner import TOLERANCE, jax_mode, measure, torch_mode
+
+JIT_MODES = ("fwd", "grad", "gradgrad")
+EAGER_MODES = ("eager-fwd", "eager-grad")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    name: str
+    shape: tuple[int, ...]
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    shuffle: int = 0  # pixel_shuffle's factor (0: interpolate)
+
+
+CELLS = (
+    Cell("FPN nearest x2, 2x256x50x76", (2, 256, 50, 76), {"scale_factor": 2}),
+    Cell("DeepLab bilinear x8, 2x21x64x64", (2, 21, 64, 64),
+         {"scale_factor": 8, "mode": "bilinear", "align_corners": False}),
+    Cell("U-Net bilinear x2 align_corners, 4x64x64x64", (4, 64, 64, 64),
+         {"scale_factor": 2, "mode": "bilinear", "align_corners": True}),
+    Cell("bicubic 224 -> 299, 8x3", (8, 3, 224, 224), {"size": (299, 299), "mode": "bicubic"}),
+    Cell("bilinear antialias 512 -> 224, 8x3", (8, 3, 512, 512),
+         {"size": (224, 224), "mode": "bilinear", "antialias": True}),
+    Cell("PixelShuffle(3), 8x576x32x32", (8, 576, 32, 32), shuffle=3),
+)
+
+
+@contextlib.contextmanager
+def forced(strategy: str | None):
+    """Every non-copying axis takes ``strategy`` while a program is traced."""
+    from jaxpool import sampling
+
+    if strategy is None:
+        yield
+        return
+    original = sampling.choose_sampling_strategy
+
+    def choose(plan):
+        chosen = original(plan)
+        if chosen in ("phases", "matrix") and not plan.copies:
+            if strategy == "phases" and plan.phases() is None:
+                return chosen
+            return strategy
+        return chosen
+
+    sampling.choose_sampling_strategy = choose
+    try:
+        yield
+    finally:
+        sampling.choose_sampling_strategy = original
+
+
+def _jax_image(cell: Cell):
+    """jax.image's call for the cell, or None where it has no call with torch's values
+    (bicubic: A = -0.5, torch's -0.75; pixel shuffle: none)."""
+    import jax
+    import jax.numpy as jnp
+
+    if cell.shuffle:
+        return None
+    kw = cell.kwargs
+    mode = kw.get("mode", "nearest")
+    b, c, h, w = cell.shape
+    if "size" in kw:
+        oh, ow = kw["size"]
+    else:
+        oh, ow = h * kw["scale_factor"], w * kw["scale_factor"]
+    if mode == "nearest":
+        return lambda x: jax.image.resize(x, (b, c, oh, ow), "nearest")
+    if mode == "bilinear" and not kw.get("align_corners"):
+        return lambda x: jax.image.resize(x, (b, c, oh, ow), "linear",
+                                          antialias=kw.get("antialias", False))
+    if mode == "bilinear":  # align_corners: in = out * (n-1)/(out-1)
+        sh, sw = (oh - 1) / (h - 1), (ow - 1) / (w - 1)
+        scale = jnp.array([sh, sw], jnp.float32)
+        translation = jnp.array([0.5 - 0.5 * sh, 0.5 - 0.5 * sw], jnp.float32)
+        return lambda x: jax.image.scale_and_translate(x, (b, c, oh, ow), (2, 3), scale,
+                                                       translation, "linear", antialias=False)
+    return None
+
+
+def _torch_op(cell: Cell):
+    import torch.nn.functional as F
+
+    if cell.shuffle:
+        return lambda t: F.pixel_shuffle(t, cell.shuffle)
+    return lambda t: F.interpolate(t, **cell.kwargs)
+
+
+def _jaxpool_op(cell: Cell):
+    import jaxpool
+
+    if cell.shuffle:
+        return lambda x: jaxpool.pixel_shuffle(x, cell.shuffle)
+    return lambda x: jaxpool.interpolate(x, **cell.kwargs)
+
+
+def _sides(cell: Cell) -> dict:
+    from jaxpool.sampling import plan_interpolate
+
+    sides = {"jaxpool": (_jaxpool_op(cell), None)}
+    if not cell.shuffle:
+        _, plan = plan_interpolate("", cell.shape, np.float32, **cell.kwargs)
+        kinds = set(plan.strategies)
+        if kinds & {"phases", "matrix"} and not all(p.copies for p in plan.axes):
+            for strategy in ("matrix", "phases"):
+                sides[f"jaxpool-{strategy}"] = (_jaxpool_op(cell), strategy)
+    image = _jax_image(cell)
+    if image is not None:
+        sides["jax.image"] = (image, None)
+    return sides
+
+
+def _check(y, ref: np.ndarray) -> str | None:
+    y = np.asarray(y).astype(np.float64)
+    if y.shape != ref.shape:
+        return f"shape {y.shape}, torch {ref.shape}"
+    err = float(np.max(np.abs(y - ref), initial=0.0))
+    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
+    return None if err <= TOLERANCE["float32"] * scale else f"max error {err:.2g}"
+
+
+def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    rng = np.random.default_rng(0)
+    x64 = rng.standard_normal(cell.shape)
+    x = jnp.asarray(x64, jnp.float32)
+    t = torch.from_numpy(x64.astype(np.float32))
+    rows = []
+    for mode in JIT_MODES + EAGER_MODES:
+        base = mode.removeprefix("eager-")
+        ref = torch_mode(_torch_op(cell), torch.from_numpy(x64), base)()
+        ref = ref.detach().numpy()
+        fns, notes = {}, {}
+        for name, (op, strategy) in _sides(cell).items():
+            if mode.startswith("eager") and name != "jaxpool":
+                continue
+            f = jax_mode(op, base)
+            with forced(strategy):
+                fn = f if mode.startswith("eager") else jax.jit(f)
+                y = fn(x)
+                jax.block_until_ready(y)
+            wrong = _check(y, ref)
+            if wrong:
+                notes[name] = f"wrong ({wrong})"
+                continue
+            fns[name] = (lambda fn=fn: jax.block_until_ready(fn(x)))
+        fns["torch"] = torch_mode(_torch_op(cell), t, base)
+        fns["torch-1t"] = torch_mode(_torch_op(cell), t, base, threads=1)
+        threads = torch.get_num_threads()
+        timed = measure(fns, reps, min_sample_s)
+        torch.set_num_threads(threads)
+        rows.append({"cell": cell.name, "mode": mode,
+                     "ms": {k: v["median_ms"] for k, v in timed.items()},
+                     "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()},
+                     "notes": notes})
+    return rows
+
+
+SIDES = ("jaxpool", "jaxpool-matrix", "jaxpool-phases", "jax.image", "torch", "torch-1t")
+
+
+def markdown(rows: list[dict], meta: str) -> str:
+    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / fastest peer |",
+             "|---|---|" + "---|" * (len(SIDES) + 1)]
+    for r in rows:
+        ms = r["ms"]
+        cells = []
+        for side in SIDES:
+            if side in ms:
+                cells.append(f"{ms[side]:.3g} ±{r['spread'][side]:.2g}")
+            elif side in r["notes"]:
+                cells.append("wrong")
+            else:
+                cells.append("")
+        peers = [ms[s] for s in ("jax.image", "torch", "torch-1t") if s in ms]
+        ratio = f"{ms['jaxpool'] / min(peers):.2f}x" if peers else ""
+        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells) + f" | {ratio} |")
+    notes = sorted({f"{r['cell']}: {side} {why}" for r in rows
+                    for side, why in r["notes"].items()})
+    if notes:
+        lines += ["", "Not timed (values not torch's):", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.resampling")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--min-sample-s", type=float, default=0.01)
+    parser.add_argument("--cells", default="", help="only cells whose name contains this")
+    parser.add_argument("--markdown", help="splice the table into this file's section")
+    args = parser.parse_args(argv)
+    import jax
+    import torch
+
+    rows = []
+    for cell in CELLS:
+        if args.cells and args.cells not in cell.name:
+            continue
+        start = time.perf_counter()
+        rows += run_cell(cell, args.reps, args.min_sample_s)
+        print(f"{cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    meta = (f"Median ms per call of {args.reps} interleaved samples, float32, CPU "
+            f"({os.cpu_count()} cores, torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads, jax {jax.__version__}).")
+    text = markdown(rows, meta)
+    print(text)
+    if args.markdown:
+        begin, end = markers("resampling")
+        splice(args.markdown, text, begin, end)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
