@@ -46,6 +46,12 @@ MODULES = [
     ("UpsamplingBilinear2d", (None, 2), {}, (2, 3, 5, 4)),
     ("PixelShuffle", (2,), {}, (2, 12, 3, 4)),
     ("PixelUnshuffle", (2,), {}, (2, 3, 6, 4)),
+    ("ReflectionPad1d", ((2, 1),), {}, (2, 3, 5)),
+    ("ReflectionPad2d", ((1, 2, 3, 0),), {}, (2, 3, 5, 4)),
+    ("ReplicationPad3d", ((1, 0, -1, 2, 0, 1),), {}, (2, 3, 3, 4, 4)),
+    ("CircularPad2d", ((2, -1, 1, 1),), {}, (2, 3, 5, 4)),
+    ("ZeroPad2d", ((1, -1, 2, 0),), {}, (2, 3, 5, 4)),
+    ("ConstantPad1d", (2, 0.5), {}, (2, 3, 5)),
 ]
 NAMES = [m[0] for m in MODULES]
 # torch has no global pooling modules: these are what a torch model writes instead.

@@ -264,3 +264,14 @@ def test_every_small_extent_and_pad_gives_torchs_values(mode, x64):
             expected = F.pad(torch.from_numpy(x), pad, mode).numpy()
             np.testing.assert_array_equal(np.asarray(jaxpool.pad(x, pad, mode)), expected,
                                           err_msg=str((n, pad)))
+
+
+def test_shape_rule_is_the_ops():
+    for shape, pad, mode, cl in [((8, 64, 128, 128), (3, 3, 3, 3), "reflect", False),
+                                 ((2, 9, 9, 4), (1, -2, 0, 3), "constant", True),
+                                 ((3, 5), (2, 2), "circular", False)]:
+        assert jaxpool.shapes.pad(shape, pad, mode, channels_last=cl) == jax.eval_shape(
+            lambda a: jaxpool.pad(a, pad, mode, channels_last=cl),
+            jax.ShapeDtypeStruct(shape, jnp.float32)).shape
+    with pytest.raises(ValueError, match="reflect"):
+        jaxpool.shapes.pad((1, 2, 3), (3, 0), "reflect")

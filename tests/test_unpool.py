@@ -378,3 +378,17 @@ def test_small_extents_exhaustively(ndim, x64):
                 continue
             got = np.asarray(OURS[ndim](values.numpy(), indices.numpy(), **args))
             np.testing.assert_array_equal(got, expected, err_msg=str((n, k, s, p, ceil)))
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_module_fields_are_torch_nn_arguments_then_channels_last(api, d):
+    import inspect
+
+    cls = getattr(getattr(jaxpool, api), f"MaxUnpool{d}d")
+    theirs = [(p.name, p.default) for p in
+              inspect.signature(getattr(torch.nn, f"MaxUnpool{d}d")).parameters.values()]
+    ours = [(p.name, p.default) for p in
+            list(inspect.signature(cls.__init__).parameters.values())[1:]]
+    assert ours[:len(theirs) + 1] == theirs + [("channels_last", True)]
+    assert ">>>" in cls.__doc__
