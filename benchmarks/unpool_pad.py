@@ -1,0 +1,196 @@
+"""The unpooling and padding cells: jaxpool.max_unpool2d and jaxpool.pad against torch, and
+against jnp.pad (the pad modes it has: reflect, edge, wrap) and a scatter
+(``jnp.zeros(...).at[indices].set(values)``, the obvious JAX port of max_unpool, whose
+gradient is a gather and whose value is a scatter: not deterministic on GPU).
+
+Run from the repository root:
+
+    python -m benchmarks.unpool_pad                      # every cell, table to stdout
+    python -m benchmarks.unpool_pad --markdown BENCHMARKS.md   # and into its section
+
+Each side's output in each mode is first compared with torch's in float64; a side that
+differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of sum(y**2)), `gradgrad`
+(gradient of that gradient's squared norm) under jax.jit, and `eager-fwd` / `eager-grad`
+(repeat calls without jax.jit; jaxpool's eager max_unpool also checks that every index lies
+in its window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.report import markers, splice
+from benchmarks.runner import TOLERANCE, jax_mode, measure, torch_mode
+
+JIT_MODES = ("fwd", "grad", "gradgrad")
+EAGER_MODES = ("eager-fwd", "eager-grad")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    name: str
+    shape: tuple[int, ...]  # the input: pooled values for max_unpool
+    op: str                 # "unpool" | "pad"
+    mode: str = ""          # pad's mode
+
+
+CELLS = (
+    Cell("SegNet max_unpool 2x2, 4x64x112x112 -> 224", (4, 64, 112, 112), "unpool"),
+    Cell("ReflectionPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "reflect"),
+    Cell("ReplicationPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "replicate"),
+)
+JNP_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _indices(cell: Cell) -> np.ndarray:
+    import torch
+    import torch.nn.functional as F
+
+    b, c, h, w = cell.shape
+    encoder = torch.from_numpy(np.random.default_rng(1).standard_normal(
+        (b, c, 2 * h, 2 * w)).astype(np.float32))
+    return F.max_pool2d(encoder, 2, return_indices=True)[1].numpy()
+
+
+def _ops(cell: Cell, indices):
+    """(torch op, {side: jax op})."""
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import jaxpool
+
+    if cell.op == "unpool":
+        it = torch.from_numpy(indices)
+        ij = jnp.asarray(indices.astype(np.int32))
+        b, c, h, w = cell.shape
+
+        def scatter(x, i):
+            flat = jnp.zeros((b * c, 4 * h * w), x.dtype)
+            rows = jnp.arange(b * c)[:, None]
+            out = flat.at[rows, i.reshape(b * c, -1)].set(x.reshape(b * c, -1))
+            return out.reshape(b, c, 2 * h, 2 * w)
+
+        # The indices are an argument of the jitted program, as in a model (a constant
+        # would let XLA fold the index comparisons away).
+        return (lambda t: F.max_unpool2d(t, it, 2),
+                {"jaxpool": (lambda x, i: jaxpool.max_unpool2d(x, i, 2), ij),
+                 "jnp scatter": (scatter, ij)})
+    widths = ((0, 0), (0, 0), (3, 3), (3, 3))
+    return (lambda t: F.pad(t, (3, 3, 3, 3), cell.mode),
+            {"jaxpool": (lambda x, _: jaxpool.pad(x, (3, 3, 3, 3), cell.mode), None),
+             "jnp.pad": (lambda x, _: jnp.pad(x, widths, mode=JNP_MODES[cell.mode]), None)})
+
+
+def _check(y, ref: np.ndarray) -> str | None:
+    y = np.asarray(y).astype(np.float64)
+    if y.shape != ref.shape:
+        return f"shape {y.shape}, torch {ref.shape}"
+    err = float(np.max(np.abs(y - ref), initial=0.0))
+    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
+    return None if err <= TOLERANCE["float32"] * scale else f"max error {err:.2g}"
+
+
+def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    x64 = np.random.default_rng(0).standard_normal(cell.shape)
+    x = jnp.asarray(x64, jnp.float32)
+    t = torch.from_numpy(x64.astype(np.float32))
+    indices = _indices(cell) if cell.op == "unpool" else None
+    torch_op, sides = _ops(cell, indices)
+    torch_op64, _ = _ops(cell, indices)
+    rows = []
+    for mode in JIT_MODES + EAGER_MODES:
+        base = mode.removeprefix("eager-")
+        ref = torch_mode(torch_op64, torch.from_numpy(x64), base)().detach().numpy()
+        fns, notes = {}, {}
+        for name, (op, extra) in sides.items():
+            if mode.startswith("eager"):
+                f = jax_mode(lambda a, op=op, extra=extra: op(a, extra), base)
+                fn = lambda a, i, f=f: f(a)
+            else:
+                fn = jax.jit(lambda a, i, op=op: jax_mode(lambda b: op(b, i), base)(a))
+            y = fn(x, extra)
+            jax.block_until_ready(y)
+            wrong = _check(y, ref)
+            if wrong:
+                notes[name] = f"wrong ({wrong})"
+                continue
+            fns[name] = (lambda fn=fn, extra=extra: jax.block_until_ready(fn(x, extra)))
+        fns["torch"] = torch_mode(torch_op, t, base)
+        fns["torch-1t"] = torch_mode(torch_op, t, base, threads=1)
+        threads = torch.get_num_threads()
+        timed = measure(fns, reps, min_sample_s)
+        torch.set_num_threads(threads)
+        rows.append({"cell": cell.name, "mode": mode,
+                     "ms": {k: v["median_ms"] for k, v in timed.items()},
+                     "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()},
+                     "notes": notes})
+    return rows
+
+
+SIDES = ("jaxpool", "jnp.pad", "jnp scatter", "torch", "torch-1t")
+PEERS = ("jnp.pad", "torch", "torch-1t")  # the scatter is a reference, not a correct peer
+
+
+def markdown(rows: list[dict], meta: str) -> str:
+    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / fastest peer |",
+             "|---|---|" + "---|" * (len(SIDES) + 1)]
+    for r in rows:
+        ms = r["ms"]
+        cells = []
+        for side in SIDES:
+            if side in ms:
+                cells.append(f"{ms[side]:.3g} ±{r['spread'][side]:.2g}")
+            else:
+                cells.append("wrong" if side in r["notes"] else "")
+        peers = [ms[s] for s in PEERS if s in ms]
+        ratio = f"{ms['jaxpool'] / min(peers):.2f}x" if peers and "jaxpool" in ms else ""
+        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells) + f" | {ratio} |")
+    notes = sorted({f"{r['cell']}: {side} {why}" for r in rows
+                    for side, why in r["notes"].items()})
+    if notes:
+        lines += ["", "Not timed (values not torch's):", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.unpool_pad",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--min-sample-s", type=float, default=0.01)
+    parser.add_argument("--cells", default="", help="only cells whose name contains this")
+    parser.add_argument("--markdown", help="splice the table into this file's section")
+    args = parser.parse_args(argv)
+    import jax
+    import torch
+
+    rows = []
+    for cell in CELLS:
+        if args.cells and args.cells not in cell.name:
+            continue
+        start = time.perf_counter()
+        rows += run_cell(cell, args.reps, args.min_sample_s)
+        print(f"{cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    meta = (f"Median ms per call of {args.reps} interleaved samples (± half the interquartile "
+            f"range), float32, CPU ({os.cpu_count()} cores, torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads, jax {jax.__version__}).")
+    text = markdown(rows, meta)
+    print(text)
+    if args.markdown:
+        begin, end = markers("unpool-pad")
+        splice(args.markdown, text, begin, end)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
