@@ -148,7 +148,10 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
             target = flax_model
         elif variables is None:
             init_kwargs = {**kwargs, **({train_arg: False} if train_arg in kwargs else {})}
-            variables = flax_model.init(jax.random.key(0), x_flax.astype(dtype), **init_kwargs)
+            # only the structure: every leaf is torch's (or the pairing raises)
+            shapes = jax.eval_shape(lambda key, x: flax_model.init(key, x, **init_kwargs),
+                                    jax.random.key(0), x_flax.astype(dtype))
+            variables = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), shapes)
             target = _cast_linen(variables, dtype)
         else:
             target = variables

@@ -271,7 +271,7 @@ def run(prog: Program, x, loss_weights: list, calls: list[Call], *, gradients: b
     A port that fails to run runs again eagerly, without gradients, so that the calls show
     every layer up to the failure."""
     by_start = sorted(calls, key=lambda c: c.start)
-    probes = [[jnp.zeros(a.shape, a.dtype) for a in c.inputs] for c in by_start]
+    probes = [[np.zeros(a.shape, a.dtype) for a in c.inputs] for c in by_start]
     meta: list[Call] = []
 
     def forward(params, x, probes):
