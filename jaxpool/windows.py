@@ -153,18 +153,20 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
       it", so that reverse mode, which transposes it back, writes the gradient one row at
       a time from slices of the cotangent (measured on XLA:CPU, 64x15x15x256 -> 4
       channels-last: gradient 2.5 -> 0.8 ms, second derivative 4.5 -> 2.3 ms against
-      a window-matrix product, which needs a transpose around it on outer axes); also for
-      ``sums`` of ragged windows elsewhere;
+      a window-matrix product, which needs a transpose around it on outer axes); and for
+      ``sums`` elsewhere, where the product (which spreads NaN and inf) was faster on long
+      equal windows (XLA:CPU gradients of 0.4x to 2.2x the product's time, 56 -> 7 the
+      worst; no local rule measured was faster: BENCHMARKS.md);
     - ``taps``: for ``taps``, the same strided slices with each slice padded to the full
       output: its values are slower (XLA writes each padded slice out), its derivatives
       faster (measured on XLA:CPU, ceil_mode 16x64x56x56 k3 s2 p1: second derivative 5.5
       ms against 21 ms for differentiating the values' form);
-    - ``reduce_window``: one ``lax.reduce_window`` sum, for equal windows at a fixed
-      stride where a window-matrix product used to be the fastest rule: ``sums`` and
-      ``matrix`` of equal windows (56 -> 7, long overlapping windows), and ``blocks`` and
-      ``taps`` on the innermost axis when the matrix is small (their own transposes run
-      slowly on XLA:CPU there; measured on XLA:CPU against the product, 32x256x14x14 k2
-      gradient 3.7 -> 2.5 ms);
+    - ``reduce_window``: one ``lax.reduce_window`` sum, for ``blocks`` and ``taps`` of
+      windows up to ``MAX_SHORT_TAPS`` long on the innermost axis when the matrix is small
+      (their own transposes run slowly on XLA:CPU there; measured on XLA:CPU against the
+      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms), and for ``matrix`` of equal
+      windows (long overlapping ones; longer windows make XLA:CPU's ``reduce_window``
+      slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against 1.3x for ``rows``);
     - ``matrix``: for ``matrix`` of ragged windows (too many for ``rows``): each window's
       elements selected with the 0/1 window matrix and summed, the product's work
       without its vectorized kernel.
@@ -172,14 +174,13 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
     strategy = choose_strategy(plan, innermost, row_length)
     if strategy == "identity":
         return "identity"
-    if strategy == "sums" and not innermost and row_length >= MIN_BROADCAST_ROW:
+    if strategy == "sums":
         return "rows"
-    if strategy in ("sums", "matrix") or (
-            innermost and strategy in ("blocks", "taps")
+    if strategy == "matrix":
+        return "reduce_window" if plan.uniform else "matrix"
+    if (innermost and strategy in ("blocks", "taps") and plan.lengths[0] <= MAX_SHORT_TAPS
             and plan.in_size * plan.out_size <= MAX_TANGENT_MATRIX):
-        if plan.uniform:
-            return "reduce_window"
-        return "rows" if strategy == "sums" else "matrix"
+        return "reduce_window"
     if strategy == "taps":
         return "taps"
     return "values"

@@ -128,9 +128,7 @@ def test_every_strategy_has_a_case():
     assert set(TORCH) == set(CASES) and set(MAX_TORCH) == set(MAX_CASES)
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
     assert {tangent for _, tangent in AXES} == set(TANGENTS)
-    # blocks and taps both with derivatives from one reduce_window and without; matrix
-    # with ragged windows and with equal ones; sums with either rule
-    assert {t for s, t in AXES if s == "blocks"} >= {"reduce_window", "values"}
+    # taps with derivatives from one reduce_window and without; matrix with ragged
+    # windows and with equal ones
     assert {t for s, t in AXES if s == "taps"} >= {"reduce_window", "taps"}
     assert {t for s, t in AXES if s == "matrix"} >= {"reduce_window", "matrix"}
-    assert {t for s, t in AXES if s == "sums"} >= {"reduce_window", "rows"}
