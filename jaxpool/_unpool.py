@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxpool.placement import UnpoolPlan
+from jaxpool.windows import window_families
 
 
 def _tap_targets(plan: UnpoolPlan, shape, dtype, taps: tuple[int, ...]):
@@ -28,8 +29,10 @@ def _tap_targets(plan: UnpoolPlan, shape, dtype, taps: tuple[int, ...]):
     extents = [p.in_size for p in plan.axes]
     target, inside = None, None
     for i, (axis, axis_plan, tap) in enumerate(zip(plan.spatial_axes, plan.axes, taps)):
-        stride = axis_plan.starts[1] - axis_plan.starts[0] if axis_plan.out_size > 1 else 1
-        coord = lax.broadcasted_iota(dtype, shape, axis) * stride + (tap - axis_plan.pad_lo)
+        # The max pool's windows are one family: window q starts at start + q*step.
+        (family,) = window_families(axis_plan)
+        offset = family.start + tap * family.dilation - axis_plan.pad_lo
+        coord = lax.broadcasted_iota(dtype, shape, axis) * family.step + offset
         real = (coord >= 0) & (coord < axis_plan.in_size)
         term = coord * math.prod(extents[i + 1:])
         target = term if target is None else target + term
@@ -81,7 +84,7 @@ def _interleaved(plan: UnpoolPlan, x, masks, zero):
 
     y = interleave(())
     widths = [(0, 0, 0)] * y.ndim
-    for axis, axis_plan, s in zip(plan.spatial_axes, plan.axes, strides):
+    for axis, axis_plan in zip(plan.spatial_axes, plan.axes):
         lo = -axis_plan.pad_lo
         widths[axis] = (lo, axis_plan.in_size - (y.shape[axis] + lo), 0)
     return lax.pad(y, zero, widths)

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxpool import _checks
 from jaxpool.plan import _default_stride, _spatial_axes
-from jaxpool.windows import AxisPlan, window_families
+from jaxpool.windows import AxisPlan
 
 # How an unpooling is placed (see choose_unpool_strategy).
 UNPOOL_STRATEGIES = ("interleave", "pads")
@@ -36,12 +36,6 @@ def unpool_axis_plan(pooled: int, unpooled: int, kernel: int, stride: int,
     stops = tuple(a + kernel for a in starts)
     real = tuple(sum(0 <= a + t - padding < unpooled for t in range(kernel)) for a in starts)
     return AxisPlan(unpooled, pooled, padding, starts, stops, real)
-
-
-def tap_coordinates(plan: AxisPlan, tap: int) -> np.ndarray:
-    """Unpooled coordinate of tap ``tap`` of every window (may lie outside the extent)."""
-    (family,) = window_families(plan)
-    return np.asarray(family.coordinates(tap, plan.pad_lo))
 
 
 @dataclass(frozen=True)
