@@ -6,14 +6,17 @@ order::
     parity.assert_parity(jax_fn, torch_fn, x)          # raises ParityError with a diff
     parity.compare_errors(jax_fn, torch_fn, [parity.Call(x, bad=1)])
 
-    variables = parity.load_torch_weights(torch_model, flax_variables)   # or an nnx model
-    report = parity.compare_layers(torch_model, flax_model, variables, x)
+    variables = parity.load_torch_weights(torch_model, flax_variables, model=flax_model,
+                                          x=example)                # or an nnx model
+    report = parity.compare_layers(torch_model, flax_model, variables, x)   # mode="shadow"
     report.first_divergence, print(report.format())
 
 Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``results``
 (``Row``, ``Report``, ``ParityError``), ``tolerances``, ``convert`` (arrays across, bit for
-bit); for whole models ``weights`` (torch weights into Flax and back) and ``layers`` (layer
-by layer comparison). ``python -m parity`` runs the jaxpool pooling suite
+bit); for whole models ``weights`` (torch weights into Flax and back), ``layers`` (layer by
+layer comparison), ``record_torch`` and ``record_flax`` (each framework's module calls and
+the order a model calls its modules), ``pairing`` (which layer is which, for both) and
+``model_report``. ``python -m parity`` runs the jaxpool pooling suite
 (``parity.pooling``).
 """
 
