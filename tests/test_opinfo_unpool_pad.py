@@ -30,7 +30,7 @@ VARIANTS = sorted(OPINFO)
 # Each max_unpool sample compiles a program of its own: the default run takes every
 # SPREAD-th (a prime, so the selection still spans the shapes and arguments the catalog
 # varies), every pad sample, and every sample under -m slow.
-SPREAD = {"": 47, "grad": 11}
+SPREAD = {"": 61, "grad": 17}
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
