@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+from typing import Literal
 
 from .results import ParityError, fmt
 
@@ -101,8 +102,9 @@ class ModelReport:
         first = self.first_divergence
         table = Table(title=self._title(), title_justify="left", box=box.SIMPLE_HEAD,
                       pad_edge=False)
-        columns = [("", "left"), ("torch", "left"), ("flax", "left"), ("shape", "left"),
-                   ("max abs err", "right"), ("max rel err", "right")]
+        columns: list[tuple[str, Literal["left", "right"]]] = [
+            ("", "left"), ("torch", "left"), ("flax", "left"), ("shape", "left"),
+            ("max abs err", "right"), ("max rel err", "right")]
         if self.reference != "torch":
             columns.append(("torch's err", "right"))
         columns += [("tolerance", "right"), ("result", "left")]

@@ -129,7 +129,7 @@ def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | N
     diffs = []
     for n, x in t.tensors.items():
         want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
-        have = f.shape(rule.flax_leaf(n))
+        have = f.shape(rule.flax_leaf(n) or "")
         if want != have:
             diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
                          f"{tuple(x.shape)} vs {have} in Flax")
@@ -196,7 +196,7 @@ def _explicit(name_map, source, t_layers, f_layers, order) -> dict[str, FlaxLaye
     t_modules = ({n for n, _ in source.named_modules()} if hasattr(source, "named_modules")
                  else _prefixes(t_by_name, "."))
     f_modules = _prefixes(list(f_by_path) + list(order or []), "/")
-    explicit = {}
+    explicit: dict[str, FlaxLayer] = {}
     for t_name, f_path in (name_map or {}).items():
         f_path = _path(f_path)
         if t_name not in t_modules:
@@ -211,7 +211,7 @@ def _explicit(name_map, source, t_layers, f_layers, order) -> dict[str, FlaxLaye
                           (f"Flax {f_path!r}", f"torch {t_name!r}"))
             raise ValueError(f"name_map pairs {has}, which has weights, with {lacks}, "
                              "which has none")
-        if t is not None:
+        if t is not None and f is not None:
             explicit[t_name] = f
     return explicit
 

@@ -108,7 +108,7 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
         with torch.set_grad_enabled(gradients):
             y = model(to_torch(x))
             if gradients:
-                ys = [a for _, a in output_leaves(y) if a.is_floating_point()]
+                ys = [a for _, a in output_leaves(y) if _float(a)]
                 loss = sum((to_torch(w) * a).sum() for w, a in zip(loss_weights(ys), ys))
                 loss.backward()
     except Exception as e:  # noqa: BLE001 - torch is the reference: this is the user's bug
