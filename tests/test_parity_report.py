@@ -20,7 +20,7 @@ from parity.pooling.cli import build_parser, main
 
 
 def _case(op, dtype="float64", channels_last=False):
-    shape, kw = suite._MAIN[op]
+    shape, kw = suite._MAIN[op][0]
     return suite.Case(op, shape, tuple(kw.items()), dtype, channels_last)
 
 
@@ -47,10 +47,41 @@ def test_grid_filters():
 
 def test_case_inputs_follow_layout_and_dtype_and_are_reproducible():
     first, last = _case("avg_pool2d"), _case("avg_pool2d", "bfloat16", channels_last=True)
-    assert first.inputs().shape == (2, 3, 7, 9) and last.inputs().shape == (2, 7, 9, 3)
-    assert last.inputs().dtype == suite.DTYPES["bfloat16"]
-    assert np.array_equal(first.inputs(), first.inputs())  # seeded by the case
-    assert not np.array_equal(first.inputs(), _case("avg_pool2d", "float32").inputs())
+    (x,), (y,) = first.inputs(), last.inputs()
+    assert x.shape == (2, 3, 7, 9) and y.shape == (2, 7, 9, 3)
+    assert y.dtype == suite.DTYPES["bfloat16"]
+    assert np.array_equal(x, first.inputs()[0])  # seeded by the case
+    assert not np.array_equal(x, _case("avg_pool2d", "float32").inputs()[0])
+
+
+def test_every_family_and_interpolation_mode_is_in_the_grid():
+    assert {"interpolate", "pad", "pixel_shuffle", "pixel_unshuffle", "max_unpool1d",
+            "max_unpool2d", "max_unpool3d"} <= set(suite.OPS)
+    cases = [c for c in suite.quick_cases(["interpolate", "pad"]) if isinstance(c, suite.Case)]
+    kwargs = [dict(c.kwargs) for c in cases if c.orders == 3]
+    assert {kw["mode"] for kw in kwargs if "size" in kw or "scale_factor" in kw} == {
+        "nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area"}
+    assert {kw["mode"] for kw in kwargs if "pad" in kw} == {
+        "constant", "reflect", "replicate", "circular"}
+    assert {m for kw in kwargs if kw.get("antialias") for m in [kw["mode"]]} == {
+        "bilinear", "bicubic"}
+
+
+def test_max_unpool_indices_are_torch_max_pool_indices_in_either_layout():
+    import torch
+
+    for op in ("max_unpool1d", "max_unpool2d", "max_unpool3d"):
+        first, last = _case(op), _case(op, "float32", channels_last=True)
+        (x, indices), (y, indices_last) = first.inputs(), last.inputs()
+        assert indices.dtype == np.int64 and indices.shape == x.shape
+        assert np.moveaxis(indices_last, -1, 1).shape == indices.shape == y.shape[:1] + (
+            y.shape[-1],) + y.shape[1:-1]
+        # unpooling puts every value at a distinct place: no index repeats in a plane
+        planes = indices.reshape(indices.shape[0] * indices.shape[1], -1)
+        assert all(np.unique(p).size == p.size for p in planes), op
+        out = getattr(torch.nn.functional, op)(torch.from_numpy(x), torch.from_numpy(indices),
+                                               **dict(first.kwargs))
+        assert np.count_nonzero(out.numpy()) == x.size
 
 
 @pytest.mark.parametrize("op", ["avg_pool1d", "adaptive_avg_pool3d", "global_avg_pool"])
@@ -108,20 +139,20 @@ def test_max_inputs_have_no_ties_unless_the_case_is_about_ties():
     inputs full of them."""
     for dtype in suite.DTYPES:
         for op in ("max_pool3d", "adaptive_max_pool1d", "global_max_pool"):
-            x = _case(op, dtype).inputs()
+            (x,) = _case(op, dtype).inputs()
             assert np.unique(x).size == x.size, (op, dtype)
     ties = [c for c in suite.quick_cases(["max_pool2d", "adaptive_max_pool3d"])
             if isinstance(c, suite.Case) and "ties" in c.special]
     assert len(ties) == 4 and all(c.orders == 0 for c in ties)
     assert {c.layout for c in ties} == {"first", "last"}
     for c in ties:
-        x = c.inputs()
+        (x,) = c.inputs()
         assert np.unique(x).size < x.size / 2, c.key
     # an odd LP norm: positive inputs for the derivatives, signed ones for the values only
-    assert (_case("lp_pool2d").inputs() > 0).all()
+    assert (_case("lp_pool2d").inputs()[0] > 0).all()
     signed = [c for c in suite.quick_cases(["lp_pool1d"], ["float64"])
               if isinstance(c, suite.Case) and c.special == "negative sums"]
-    assert signed and (signed[0].inputs() < 0).any() and signed[0].orders == 0
+    assert signed and (signed[0].inputs()[0] < 0).any() and signed[0].orders == 0
 
 
 def _max_pool2d_last_of_ties(x, *args, channels_last=False, **kwargs):

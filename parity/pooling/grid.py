@@ -51,12 +51,13 @@ class Case:
     orders: int = 3
     # "nonfinite": inf, -inf and nan planted in the input; "relu ties" / "integer ties":
     # inputs full of equal elements (max(x, 0), small integers); "negative sums": signed
-    # inputs to an odd LP norm. Values (and indices) only.
+    # inputs to an odd LP norm; "repeated indices": max_unpool's indices from overlapping
+    # windows, some naming one element twice. Values (and indices) only.
     special: str = ""
 
     @property
     def ndim(self) -> int:
-        return OPS[self.op].ndim
+        return OPS[self.op].spatial(self.shape, dict(self.kwargs))
 
     @property
     def layout(self) -> str:
@@ -66,15 +67,19 @@ class Case:
     def label(self) -> str:
         """Arguments and input shape, e.g. ``[2,3,7,9] k=3 s=2 p=1 ceil``."""
         short = {"kernel_size": "k", "stride": "s", "padding": "p", "output_size": "out",
-                 "divisor_override": "div", "dilation": "d", "norm_type": "norm"}
+                 "divisor_override": "div", "dilation": "d", "norm_type": "norm",
+                 "scale_factor": "scale", "upscale_factor": "r", "downscale_factor": "r"}
+        flags = {"ceil_mode": ("ceil", "floor"), "count_include_pad": ("pad-counted",
+                 "pad-excluded"), "return_indices": ("indices", "no-indices"),
+                 "align_corners": ("align-corners", "half-pixel"),
+                 "antialias": ("antialias", "no-antialias"),
+                 "recompute_scale_factor": ("recompute-scale", "given-scale")}
         parts = ["[" + ",".join(map(str, self.shape)) + "]"]
         for k, v in self.kwargs:
-            if k == "ceil_mode":
-                parts.append("ceil" if v else "floor")
-            elif k == "count_include_pad":
-                parts.append("pad-counted" if v else "pad-excluded")
-            elif k == "return_indices":
-                parts.append("indices" if v else "no-indices")
+            if k in flags:
+                parts.append(flags[k][0] if v else flags[k][1])
+            elif k == "mode":
+                parts.append(v)
             else:
                 v = "x".join("-" if e is None else str(e) for e in v) if isinstance(v, tuple) else v
                 parts.append(f"{short.get(k, k)}={v}")
@@ -90,14 +95,22 @@ class Case:
     def seed(self) -> int:
         return zlib.crc32(self.key.encode())
 
-    def inputs(self) -> np.ndarray:
-        """Input array in the case's layout and dtype: drawn in the channels-first shape
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        """The array inputs in the case's layout and dtype: drawn in the channels-first shape
         (from a seed fixed by the case), then transposed for channels-last.
 
         Max pooling's derivatives agree only away from ties (at a tie each side may pick
         another element), so its inputs are distinct multiples of 1/16, exact in every
-        dtype, unless the case is about ties."""
+        dtype, unless the case is about ties. max_unpool's second input is the indices of
+        torch's max_pool with the same arguments (each in its own window)."""
         rng = np.random.default_rng(self.seed)
+        last = len(self.shape) - self.ndim - 1
+        if OPS[self.op].kind == "unpool":
+            x = rng.standard_normal(self.shape).astype(DTYPES[self.dtype])
+            indices = self._unpool_indices(rng)
+            if self.channels_last:
+                x, indices = np.moveaxis(x, last, -1), np.moveaxis(indices, last, -1)
+            return np.ascontiguousarray(x), np.ascontiguousarray(indices)
         n = int(np.prod(self.shape))
         if self.special == "relu ties":  # mostly zeros: whole windows of them tie
             x = np.maximum(rng.standard_normal(self.shape) - 1.0, 0.0)
@@ -120,8 +133,27 @@ class Case:
             idx = rng.choice(flat.size, size=min(3, flat.size), replace=False)
             flat[idx] = [np.inf, -np.inf, np.nan][: len(idx)]
         if self.channels_last:
-            x = np.moveaxis(x, len(self.shape) - self.ndim - 1, -1)
-        return np.ascontiguousarray(x.astype(DTYPES[self.dtype]))
+            x = np.moveaxis(x, last, -1)
+        return (np.ascontiguousarray(x.astype(DTYPES[self.dtype])),)
+
+    def _unpool_indices(self, rng: np.random.Generator) -> np.ndarray:
+        """torch's max_pool indices on a plane of the unpooled extents (distinct values, so
+        that each window has one maximum), of the case's shape."""
+        import torch
+        import torch.nn.functional as F
+
+        kw = dict(self.kwargs)
+        k, s, p = (tuple(int(v) for v in np.broadcast_to(v, self.ndim))
+                   for v in (kw["kernel_size"], kw.get("stride") or kw["kernel_size"],
+                             kw.get("padding", 0)))
+        spatial = kw.get("output_size") or [
+            (n - 1) * si - 2 * pi + ki for n, ki, si, pi in zip(self.shape[-self.ndim:], k, s, p)]
+        plane = self.shape[:-self.ndim] + tuple(spatial[-self.ndim:])
+        values = torch.from_numpy(rng.permutation(int(np.prod(plane))).reshape(plane) * 1.0)
+        pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[self.ndim - 1]
+        _, indices = pool(values, k, s, p, return_indices=True)
+        assert tuple(indices.shape) == self.shape, (self.key, tuple(indices.shape))
+        return indices.numpy()
 
     def functions(self) -> tuple[Callable, Callable]:
         kw = dict(self.kwargs)
@@ -170,7 +202,7 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
         report = compare_errors(getattr(jaxpool, case.op), torch_error_fn(case.op), calls)
     else:
         jax_fn, torch_fn = case.functions()
-        report = compare(jax_fn, torch_fn, case.inputs(), orders=case.orders, seed=case.seed,
+        report = compare(jax_fn, torch_fn, *case.inputs(), orders=case.orders, seed=case.seed,
                          label=case.key)
     report.label = case.key
     return CaseResult(case, report, time.perf_counter() - t0)
@@ -178,32 +210,44 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
 
 # --------------------------------------------------------------------------- the grids
 
-# One representative argument set per op; it runs in every dtype and both layouts.
-# Chosen to hit the hard parts: ragged/overlapping windows, padding, ceil_mode's extra window.
-_MAIN: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
-    "avg_pool1d": ((2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
-                                     count_include_pad=False)),
-    "avg_pool2d": ((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
-                                       ceil_mode=True, count_include_pad=False)),
-    "avg_pool3d": ((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
-    "adaptive_avg_pool1d": ((2, 3, 11), dict(output_size=4)),
-    "adaptive_avg_pool2d": ((2, 3, 7, 9), dict(output_size=(4, 5))),
-    "adaptive_avg_pool3d": ((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2))),
-    "global_avg_pool": ((2, 3, 5, 7), dict()),
-    "max_pool1d": ((2, 3, 11), dict(kernel_size=3, stride=2, padding=2, dilation=2,
-                                     ceil_mode=True, return_indices=True)),
-    "max_pool2d": ((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
-                                       ceil_mode=True, return_indices=True)),
-    "max_pool3d": ((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
-                                          return_indices=True)),
-    "adaptive_max_pool1d": ((2, 3, 15), dict(output_size=4, return_indices=True)),
-    "adaptive_max_pool2d": ((2, 3, 7, 9), dict(output_size=(4, 5), return_indices=True)),
-    "adaptive_max_pool3d": ((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2), return_indices=True)),
-    "lp_pool1d": ((2, 3, 11), dict(norm_type=2, kernel_size=3, stride=2, ceil_mode=True)),
-    "lp_pool2d": ((2, 3, 7, 9), dict(norm_type=3, kernel_size=(3, 2), stride=(2, 1))),
-    "lp_pool3d": ((1, 2, 5, 6, 7), dict(norm_type=1, kernel_size=2, stride=(2, 1, 2),
-                                         ceil_mode=True)),
-    "global_max_pool": ((2, 3, 5, 7), dict()),
+# Representative argument sets per op; each runs in every dtype and both layouts.
+# Chosen to hit the hard parts: ragged/overlapping windows, padding, ceil_mode's extra window,
+# a non-integer scale (whose nearest index torch computes in the input's dtype).
+_MAIN: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = {
+    "avg_pool1d": [((2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                      count_include_pad=False))],
+    "avg_pool2d": [((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
+                                        ceil_mode=True, count_include_pad=False))],
+    "avg_pool3d": [((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True))],
+    "adaptive_avg_pool1d": [((2, 3, 11), dict(output_size=4))],
+    "adaptive_avg_pool2d": [((2, 3, 7, 9), dict(output_size=(4, 5)))],
+    "adaptive_avg_pool3d": [((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2)))],
+    "global_avg_pool": [((2, 3, 5, 7), dict())],
+    "max_pool1d": [((2, 3, 11), dict(kernel_size=3, stride=2, padding=2, dilation=2,
+                                      ceil_mode=True, return_indices=True))],
+    "max_pool2d": [((2, 3, 7, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1),
+                                        ceil_mode=True, return_indices=True))],
+    "max_pool3d": [((1, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                           return_indices=True))],
+    "adaptive_max_pool1d": [((2, 3, 15), dict(output_size=4, return_indices=True))],
+    "adaptive_max_pool2d": [((2, 3, 7, 9), dict(output_size=(4, 5), return_indices=True))],
+    "adaptive_max_pool3d": [((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2), return_indices=True))],
+    "lp_pool1d": [((2, 3, 11), dict(norm_type=2, kernel_size=3, stride=2, ceil_mode=True))],
+    "lp_pool2d": [((2, 3, 7, 9), dict(norm_type=3, kernel_size=(3, 2), stride=(2, 1)))],
+    "lp_pool3d": [((1, 2, 5, 6, 7), dict(norm_type=1, kernel_size=2, stride=(2, 1, 2),
+                                          ceil_mode=True))],
+    "global_max_pool": [((2, 3, 5, 7), dict())],
+    "interpolate": [
+        ((2, 3, 5, 7), dict(scale_factor=1.7, mode="nearest")),
+        ((2, 3, 5, 7), dict(size=(8, 5), mode="bilinear", align_corners=False)),
+        ((2, 3, 5, 7), dict(size=(9, 11), mode="bicubic", align_corners=False)),
+    ],
+    "max_unpool1d": [((2, 3, 5), dict(kernel_size=2))],
+    "max_unpool2d": [((2, 3, 3, 4), dict(kernel_size=(2, 3), stride=(2, 3), padding=(1, 0)))],
+    "max_unpool3d": [((1, 2, 2, 3, 2), dict(kernel_size=2))],
+    "pad": [((2, 3, 5, 6), dict(pad=(2, 1, 1, 3), mode="reflect"))],
+    "pixel_shuffle": [((2, 8, 3, 4), dict(upscale_factor=2))],
+    "pixel_unshuffle": [((2, 2, 6, 4), dict(downscale_factor=2))],
 }
 
 # More argument sets for the quick grid, in float64 and channels-first (dtype and layout are
@@ -289,6 +333,39 @@ _EXTRA: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = {
         ((1, 4, 1, 1), dict()),
         ((3, 2, 6, 1), dict()),
     ],
+    "interpolate": [
+        ((2, 3, 9), dict(scale_factor=0.6, mode="linear", align_corners=True)),
+        ((1, 2, 3, 4, 5), dict(size=(5, 3, 7), mode="trilinear")),
+        ((2, 3, 9), dict(size=4, mode="nearest")),
+        ((1, 2, 3, 4, 3), dict(scale_factor=(1.5, 0.75, 2.0), mode="nearest")),
+        ((2, 3, 5, 7), dict(scale_factor=1.7, mode="nearest-exact")),
+        ((2, 3, 7, 9), dict(size=(3, 4), mode="area")),
+        ((2, 3, 5, 7), dict(scale_factor=2.5, mode="bilinear", align_corners=True,
+                            recompute_scale_factor=True)),
+        ((1, 2, 9, 8), dict(size=(4, 3), mode="bilinear", antialias=True)),
+        ((1, 2, 9, 8), dict(size=(5, 11), mode="bicubic", antialias=True)),
+        ((1, 2, 4, 5), dict(scale_factor=2, mode="bicubic", align_corners=True)),
+    ],
+    "max_unpool1d": [
+        ((3, 4), dict(kernel_size=3, stride=3, output_size=(13,))),  # unbatched, a larger size
+    ],
+    "max_unpool2d": [
+        ((1, 2, 3, 3), dict(kernel_size=2, output_size=(7, 6))),
+        ((3, 2, 4), dict(kernel_size=3, stride=3, padding=1)),  # unbatched
+    ],
+    "max_unpool3d": [
+        ((2, 2, 3, 2), dict(kernel_size=(1, 2, 2), stride=(1, 2, 2))),  # unbatched
+    ],
+    "pad": [
+        ((2, 3, 7), dict(pad=(3, 2), mode="reflect")),
+        ((3, 4, 5), dict(pad=(2, 0, 1, 1), mode="replicate")),  # unbatched
+        ((1, 2, 3, 4, 3), dict(pad=(1, 2, 3, 0, 2, 1), mode="circular")),
+        ((2, 3, 6, 5), dict(pad=(-1, 2, 1, -2), mode="constant", value=0.5)),  # crops
+        ((1, 2, 3, 4, 5), dict(pad=(1, 1, 2, 0, 0, 1), mode="replicate")),
+        ((2, 3, 5, 6), dict(pad=(4, -2, 0, 3), mode="circular")),  # wraps the cropped axis
+    ],
+    "pixel_shuffle": [((18, 2, 3), dict(upscale_factor=3))],  # unbatched
+    "pixel_unshuffle": [((1, 2, 6, 9), dict(downscale_factor=3))],
 }
 
 
@@ -323,6 +400,11 @@ _VALUES_ONLY: dict[str, list[tuple[tuple[int, ...], dict[str, Any], str, bool]]]
     "lp_pool1d": [((2, 3, 11), dict(norm_type=3, kernel_size=3, stride=2), "negative sums",
                    False)],
     "lp_pool2d": [((1, 2, 6, 7), dict(norm_type=2, kernel_size=2), "nonfinite", False)],
+    "interpolate": [((1, 2, 5, 6), dict(size=(7, 4), mode="bilinear"), "nonfinite", False),
+                    ((1, 2, 5, 6), dict(scale_factor=1.7, mode="nearest"), "nonfinite", True)],
+    "max_unpool2d": [((2, 3, 3, 4), dict(kernel_size=3, stride=2), "repeated indices", False),
+                     ((2, 3, 3, 4), dict(kernel_size=3, stride=2), "repeated indices", True)],
+    "pad": [((1, 2, 5, 6), dict(pad=(2, 1, 1, 3), mode="reflect"), "nonfinite", False)],
 }
 
 
@@ -336,8 +418,7 @@ def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None =
     dtypes = list(dtypes or DTYPES)
     cases: list = []
     for op in ops:
-        shape, kw = _MAIN[op]
-        for dtype, cl in itertools.product(dtypes, (False, True)):
+        for (shape, kw), dtype, cl in itertools.product(_MAIN[op], dtypes, (False, True)):
             cases.append(Case(op, shape, _kw(kw), dtype, cl))
         if "float64" in dtypes:
             for shape, kw in _EXTRA[op]:
@@ -430,15 +511,18 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
             if kind == "adaptive_max":
                 variants = [(shape, {**kw, "return_indices": i % 2 == 0})
                             for i, (shape, kw) in enumerate(variants)]
-        else:
+        elif kind in ("global", "global_max"):
             variants = [((2, 3, 5, 7), {}), ((1, 4, 1, 1), {}), ((3, 2, 6, 1), {}),
                         ((2, 2, 9, 8), {})]
-        variants = [(_MAIN[op][0], _MAIN[op][1])] + variants + _EXTRA[op]
+        else:
+            variants = []
+        main = len(_MAIN[op])
+        variants = _MAIN[op] + variants + _EXTRA[op]
         for i, (shape, kw) in enumerate(variants):
             for dtype in dtypes:
                 # channels-last is a transpose around the same computation: every argument
-                # set gets it in float64, the main one in every dtype.
-                for cl in (False, True) if (i == 0 or dtype == "float64") else (False,):
+                # set gets it in float64, the main ones in every dtype.
+                for cl in (False, True) if (i < main or dtype == "float64") else (False,):
                     cases.append(Case(op, shape, _kw(kw), dtype, cl))
         cases += _values_only_cases(op, dtypes)
         cases.append(error_cases(op))
@@ -453,8 +537,12 @@ def error_cases(op: str) -> ErrorCase:
     array); integer input to the avg, max and LP pools (torch pools some integer dtypes,
     jaxpool raises) and to global_max_pool (torch's amax takes it).
     """
-    ndim, kind = OPS[op].ndim, OPS[op].kind
+    kind = OPS[op].kind
     rng = np.random.default_rng(zlib.crc32(op.encode()))
+    if kind in _ERROR_CALLS:
+        calls = _ERROR_CALLS[kind](op, rng)
+        return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))
+    ndim = OPS[op].ndim
     x = rng.standard_normal((2, 3) + (5,) * ndim)
     low = x[0, 0] if ndim > 1 else x[0, 0, :]
     # the positional arguments of a valid call after x
@@ -492,3 +580,62 @@ def error_cases(op: str) -> ErrorCase:
         if ndim > 1:
             calls.append(("wrong-length output_size", (x, too_long), {}))
     return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))
+
+
+def _interpolate_errors(op: str, rng: np.random.Generator) -> list:
+    x = rng.standard_normal((2, 3, 5, 6))
+    return [
+        ("neither size nor scale_factor", (x,), {}),
+        ("both size and scale_factor", (x, (4, 4), 2.0), {}),
+        ("unknown mode", (x, (4, 4)), {"mode": "bilinearish"}),
+        ("bilinear on one spatial axis", (x[0], 4), {"mode": "bilinear"}),
+        ("trilinear on two", (x, (4, 4)), {"mode": "trilinear"}),
+        ("align_corners with nearest", (x, (4, 4)), {"align_corners": True}),
+        ("wrong-length size", (x, (4, 4, 4)), {"mode": "nearest"}),
+        ("antialias with nearest", (x, (4, 4)), {"antialias": True}),
+    ]
+
+
+def _unpool_errors(op: str, rng: np.random.Generator) -> list:
+    ndim = OPS[op].ndim
+    x = rng.standard_normal((2, 3) + (2,) * ndim)
+    indices = np.zeros(x.shape, np.int64)
+    return [
+        ("indices of another shape", (x, indices[..., :1], 2), {}),
+        ("output_size a stride too large", (x, indices, 2), {"output_size": (6,) * ndim}),
+        ("wrong rank", (x[0, 0], indices[0, 0], 2), {}) if ndim > 1
+        else ("rank too high", (x[None], indices[None], 2), {}),
+        ("float indices", (x, indices.astype(np.float64), 2), {}),
+    ]
+
+
+def _pad_errors(op: str, rng: np.random.Generator) -> list:
+    x = rng.standard_normal((2, 3, 4, 5))
+    return [
+        ("odd pad length", (x, (1, 2, 1)), {}),
+        ("reflect pad = extent", (x, (5, 0)), {"mode": "reflect"}),
+        ("circular pad > extent", (x, (0, 0, 5, 0)), {"mode": "circular"}),
+        ("unknown mode", (x, (1, 1)), {"mode": "symmetric"}),
+        ("value with reflect", (x, (1, 1)), {"mode": "reflect", "value": 1.0}),
+        ("replicate on rank 5 with 2 entries", (x[None], (1, 1)), {"mode": "replicate"}),
+    ]
+
+
+def _shuffle_errors(op: str, rng: np.random.Generator) -> list:
+    if op == "pixel_shuffle":
+        x = rng.standard_normal((2, 6, 3, 4))
+        return [("channels not a multiple of r^2", (x, 2), {}), ("rank 2", (x[0, 0], 2), {}),
+                ("factor 0", (x, 0), {})]
+    x = rng.standard_normal((2, 2, 5, 4))
+    return [("extent not a multiple of r", (x, 2), {}), ("rank 2", (x[0, 0], 2), {}),
+            ("factor 0", (x, 0), {})]
+
+
+# Error calls of the ops whose arguments are not windows: (label, arrays and positional
+# arguments, keyword arguments), each one on which torch raises.
+_ERROR_CALLS: dict[str, Callable[[str, np.random.Generator], list]] = {
+    "interpolate": _interpolate_errors,
+    "unpool": _unpool_errors,
+    "pad": _pad_errors,
+    "shuffle": _shuffle_errors,
+}

@@ -1,9 +1,10 @@
 """Every jaxpool op the suite checks, and the torch function each must match.
 
-``OPS[name]`` says how many spatial axes the op pools, its kind, the names of its positional
-arguments after ``x`` (torch's order) and how to build its torch counterpart on a
-channels-first input from keyword arguments. ``torch_counterpart`` / ``jax_counterpart``
-give both sides for either layout.
+``OPS[name]`` says how many spatial axes the op works on, its kind, the names of its
+positional arguments after the array inputs (torch's order) and how to build its torch
+counterpart on channels-first inputs from keyword arguments. ``torch_counterpart`` /
+``jax_counterpart`` give both sides for either layout. Adding an op is a row here and its
+argument sets in ``grid``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _torch_avg(ndim: int) -> Callable[[dict], Callable]:
 
 
 def _torch_fn(fn) -> Callable[[dict], Callable]:
-    return lambda kwargs: (lambda x: fn(x, **kwargs))
+    return lambda kwargs: (lambda *arrays: fn(*arrays, **kwargs))
 
 
 def _torch_global(reduce: str) -> Callable[[dict], Callable]:
@@ -53,16 +54,31 @@ def _torch_global(reduce: str) -> Callable[[dict], Callable]:
 
 @dataclasses.dataclass(frozen=True)
 class Op:
-    ndim: int  # spatial axes pooled
-    kind: str  # "avg", "adaptive", "global", "max", "adaptive_max", "lp", "global_max"
-    params: tuple[str, ...]  # positional arguments after x, in torch's order
-    torch: Callable[[dict], Callable]  # keyword arguments -> torch function of x (channels-first)
+    # spatial axes; None: every axis after [B, C] (interpolate), or one per pair of ``pad``
+    ndim: int | None
+    kind: str  # "avg", "adaptive", "global", "max", "adaptive_max", "lp", "global_max",
+    #            "interpolate", "unpool", "pad", "shuffle"
+    params: tuple[str, ...]  # positional arguments after the arrays, in torch's order
+    torch: Callable[[dict], Callable]  # keyword arguments -> torch function of the arrays
+    # (channels-first)
+    arrays: int = 1  # array inputs: x, and max_unpool's indices (never differentiated)
+
+    def spatial(self, shape: tuple[int, ...], kwargs: dict) -> int:
+        """The number of spatial axes of a case on a channels-first input of ``shape``."""
+        if self.ndim is not None:
+            return self.ndim
+        if self.kind == "pad":
+            return len(kwargs["pad"]) // 2
+        return len(shape) - 2
 
 
 _AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 _MAX = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
 _LP = ("norm_type", "kernel_size", "stride", "ceil_mode")
 _ADAPTIVE_MAX = ("output_size", "return_indices")
+_INTERPOLATE = ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+                "antialias")
+_UNPOOL = ("kernel_size", "stride", "padding", "output_size")
 
 # The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
 MAX_KINDS = ("max", "adaptive_max", "global_max")
@@ -85,21 +101,30 @@ OPS: dict[str, Op] = {
     "lp_pool2d": Op(2, "lp", _LP, _torch_fn(F.lp_pool2d)),
     "lp_pool3d": Op(3, "lp", _LP, _torch_fn(F.lp_pool3d)),
     "global_max_pool": Op(2, "global_max", (), _torch_global("amax")),
+    "interpolate": Op(None, "interpolate", _INTERPOLATE, _torch_fn(F.interpolate)),
+    "max_unpool1d": Op(1, "unpool", _UNPOOL, _torch_fn(F.max_unpool1d), arrays=2),
+    "max_unpool2d": Op(2, "unpool", _UNPOOL, _torch_fn(F.max_unpool2d), arrays=2),
+    "max_unpool3d": Op(3, "unpool", _UNPOOL, _torch_fn(F.max_unpool3d), arrays=2),
+    "pad": Op(None, "pad", ("pad", "mode", "value"), _torch_fn(F.pad)),
+    "pixel_shuffle": Op(2, "shuffle", ("upscale_factor",), _torch_fn(F.pixel_shuffle)),
+    "pixel_unshuffle": Op(2, "shuffle", ("downscale_factor",), _torch_fn(F.pixel_unshuffle)),
 }
 
 
 def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:
-    """The torch function that ``jaxpool.<op>(x, **kwargs)`` must match (same layout as x)."""
+    """The torch function that ``jaxpool.<op>(*arrays, **kwargs)`` must match (same layout
+    as the arrays)."""
     spec = OPS[op]
     fn = spec.torch(kwargs)
     if not channels_last:
         return fn
 
-    def channels_last_fn(x):
-        # torch pools channels-first: move the channel axis there, and every pooled output
-        # (values and indices alike) back.
-        c = x.ndim - spec.ndim - 1
-        y = fn(x.movedim(-1, c))
+    def channels_last_fn(*arrays):
+        # torch works channels-first: move the channel axis there, and every output of the
+        # input's rank (values and indices alike) back.
+        x = arrays[0]
+        c = x.ndim - spec.spatial(tuple(x.shape), kwargs) - 1
+        y = fn(*(a.movedim(-1, c) for a in arrays))
         if isinstance(y, torch.Tensor):
             return y.movedim(c, -1) if y.ndim == x.ndim else y
         return tuple(t.movedim(c, -1) if t.ndim == x.ndim else t for _, t in output_leaves(y))
@@ -108,12 +133,13 @@ def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Cal
 
 
 def torch_error_fn(op: str) -> Callable:
-    """torch's side of the error cases: ``fn(x, *args, **kwargs)`` with jaxpool's argument
-    order, so that one ``Call`` serves both sides."""
+    """torch's side of the error cases: ``fn(*arrays, *args, **kwargs)`` with jaxpool's
+    argument order, so that one ``Call`` serves both sides."""
+    n = OPS[op].arrays
 
-    def fn(x, *args, **kwargs):
-        kwargs.update(zip(OPS[op].params, args))
-        return torch_counterpart(op, kwargs)(x)
+    def fn(*args, **kwargs):
+        kwargs.update(zip(OPS[op].params, args[n:]))
+        return torch_counterpart(op, kwargs)(*args[:n])
 
     return fn
 
@@ -122,4 +148,4 @@ def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Calla
     import jaxpool
 
     fn = getattr(jaxpool, op)
-    return lambda x: fn(x, **kwargs, channels_last=channels_last)
+    return lambda *arrays: fn(*arrays, **kwargs, channels_last=channels_last)
