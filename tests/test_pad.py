@@ -275,3 +275,23 @@ def test_shape_rule_is_the_ops():
             jax.ShapeDtypeStruct(shape, jnp.float32)).shape
     with pytest.raises(ValueError, match="reflect"):
         jaxpool.shapes.pad((1, 2, 3), (3, 0), "reflect")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_non_finite_cotangents_and_tangents_go_where_torchs_do(mode, rng, x64):
+    x = rng.standard_normal((1, 2, 4, 5))
+    pad = (3, 2, -1, 3) if mode != "circular" else (2, -1, 3, 1)
+    cotangent = rng.standard_normal(jaxpool.shapes.pad(x.shape, pad, mode))
+    flat = cotangent.reshape(-1)
+    flat[rng.choice(flat.size, 3, replace=False)] = [np.nan, np.inf, -np.inf]
+    xt = torch.from_numpy(x).requires_grad_()
+    (theirs,) = torch.autograd.grad(F.pad(xt, pad, mode), xt, torch.from_numpy(cotangent))
+    (ours,) = jax.jit(lambda a, u: jax.vjp(lambda b: jaxpool.pad(b, pad, mode), a)[1](u))(
+        x, cotangent)
+    for pick in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(pick(np.asarray(ours)), pick(theirs.numpy()))
+    tangent = x.copy()
+    tangent[0, 1, 2, 3] = np.nan
+    _, t_out = jax.jvp(lambda b: jaxpool.pad(b, pad, mode), (x,), (tangent,))
+    np.testing.assert_array_equal(np.isnan(np.asarray(t_out)),
+                                  np.isnan(F.pad(torch.from_numpy(tangent), pad, mode).numpy()))

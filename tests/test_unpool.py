@@ -392,3 +392,19 @@ def test_module_fields_are_torch_nn_arguments_then_channels_last(api, d):
             list(inspect.signature(cls.__init__).parameters.values())[1:]]
     assert ours[:len(theirs) + 1] == theirs + [("channels_last", True)]
     assert ">>>" in cls.__doc__
+
+
+def test_non_finite_cotangents_go_where_torchs_do(rng, x64):
+    """Reverse mode reads the cotangent at each value's index (the last window's, where
+    windows repeat one; here none do), as torch's backward does."""
+    ndim, x, indices, indices_t, args = _derivative_case("interleave 2d", rng)
+    out_shape = (2, 2, 6, 6)
+    cotangent = rng.standard_normal(out_shape)
+    flat = cotangent.reshape(-1)
+    flat[rng.choice(flat.size, 6, replace=False)] = [np.nan, np.inf, -np.inf] * 2
+    xt = torch.from_numpy(np.asarray(x)).requires_grad_()
+    (theirs,) = torch.autograd.grad(UNPOOL[ndim](xt, indices_t, **args), xt,
+                                    torch.from_numpy(cotangent))
+    (ours,) = jax.jit(lambda a, u: jax.vjp(lambda b: OURS[ndim](b, indices, **args), a)[1](u))(
+        x, cotangent)
+    np.testing.assert_array_equal(_bits(ours), _bits(theirs.numpy()))
