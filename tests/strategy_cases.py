@@ -128,7 +128,5 @@ def test_every_strategy_has_a_case():
     assert set(TORCH) == set(CASES) and set(MAX_TORCH) == set(MAX_CASES)
     assert {strategy for strategy, _ in AXES} == set(STRATEGIES)
     assert {tangent for _, tangent in AXES} == set(TANGENTS)
-    # taps with derivatives from one reduce_window and without; matrix with ragged
-    # windows and with equal ones
+    # taps with derivatives from one reduce_window and without
     assert {t for s, t in AXES if s == "taps"} >= {"reduce_window", "taps"}
-    assert {t for s, t in AXES if s == "matrix"} >= {"reduce_window", "matrix"}

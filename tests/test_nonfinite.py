@@ -169,9 +169,9 @@ def test_non_finite_derivatives_stay_where_torch_puts_them(name, values, every_w
     "adaptive_avg_pool2d 56 -> 7",
     pytest.param("adaptive_avg_pool2d 50 -> 9", marks=pytest.mark.slow),
     pytest.param("avg_pool2d 2", marks=pytest.mark.slow),
-    "avg_pool2d 3, 2, 1",
+    pytest.param("avg_pool2d 3, 2, 1", marks=pytest.mark.slow),
     pytest.param("lp_pool2d 2, 3, 2", marks=pytest.mark.slow),
-    "lp_pool2d 3, 2, ceil signed"])
+    pytest.param("lp_pool2d 3, 2, ceil signed", marks=pytest.mark.slow)])
 def test_non_finite_cotangents_of_the_common_ops(op, rng, x64):
     """The ops of real models, at their sizes: the NaN and inf entries of the gradient are
     torch's, under vmap too."""
