@@ -144,8 +144,8 @@ def _selected_sums(t: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
     matrix (a tangent rule): each window's elements picked by a select with the constant
     matrix and summed, so a NaN or inf reaches only the windows that hold it, where a
     product with the matrix would spread it (``0 * inf``). Costs the product's work
-    without its vectorized kernel: used only for ragged windows too many or too long for
-    ``rows``."""
+    without its vectorized kernel, in a program whose size does not grow with the windows:
+    used only for the ``matrix`` strategy's axes, whose windows are too many for ``rows``."""
     k, n = matrix.shape
     picked = jnp.asarray(matrix.astype(bool).reshape((k, n) + (1,) * (t.ndim - axis - 1)))
     spread = jnp.broadcast_to(jnp.expand_dims(t, axis), t.shape[:axis] + (k,) + t.shape[axis:])
