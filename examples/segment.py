@@ -176,7 +176,8 @@ def main(argv=None) -> int:
           f"{losses[0]:.3f} -> {losses[-1]:.3f}, test pixel accuracy {before:.1%} -> "
           f"{after:.1%} (background alone: {np.mean(test_labels == 0):.1%}) ({trained:.0f} s)")
 
-    parity.to_torch_weights(variables, torch_model)  # the trained weights, back into torch
+    # the trained weights, back into torch (paired in the order the model calls its layers)
+    parity.to_torch_weights(variables, torch_model, model=model, x=example)
     x = np.moveaxis(test_images[:2], -1, 1).astype(np.float64)  # torch's layout
     reports = {}
     for dtype in (np.float64, np.float32):
