@@ -503,7 +503,7 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
     dtypes = list(dtypes or DTYPES)
     cases: list = []
     for op in ops:
-        ndim, kind = OPS[op].ndim, OPS[op].kind
+        ndim, kind = OPS[op].ndim or 0, OPS[op].kind  # 0: not a pool (set per case)
         if kind in ("avg", "max", "lp"):
             variants = {"avg": _full_avg, "max": _full_max, "lp": _full_lp}[kind](ndim)
         elif kind in ("adaptive", "adaptive_max"):
@@ -540,9 +540,10 @@ def error_cases(op: str) -> ErrorCase:
     kind = OPS[op].kind
     rng = np.random.default_rng(zlib.crc32(op.encode()))
     if kind in _ERROR_CALLS:
-        calls = _ERROR_CALLS[kind](op, rng)
-        return ErrorCase(op, tuple((label, args, _kw(kw)) for label, args, kw in calls))
+        return ErrorCase(op, tuple((label, args, _kw(kw))
+                                   for label, args, kw in _ERROR_CALLS[kind](op, rng)))
     ndim = OPS[op].ndim
+    assert ndim is not None, op  # the pools' axes are fixed
     x = rng.standard_normal((2, 3) + (5,) * ndim)
     low = x[0, 0] if ndim > 1 else x[0, 0, :]
     # the positional arguments of a valid call after x
@@ -597,7 +598,7 @@ def _interpolate_errors(op: str, rng: np.random.Generator) -> list:
 
 
 def _unpool_errors(op: str, rng: np.random.Generator) -> list:
-    ndim = OPS[op].ndim
+    ndim = int(op[-2])  # max_unpool<n>d
     x = rng.standard_normal((2, 3) + (2,) * ndim)
     indices = np.zeros(x.shape, np.int64)
     return [
