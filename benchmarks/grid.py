@@ -203,6 +203,16 @@ FULL = (
     max_((32, 192, 56, 56), 3, 2, ceil_mode=True),  # GoogLeNet / Inception
     adaptive_max((32, 512, 7, 7), 1),
     adaptive_max((64, 256, 15, 15), 4),
+    # the kinds of max-pooling derivative that lagged torch: a max head on a small map,
+    # ragged adaptive windows, an inception branch (stride 1), VGG's 2x2, channels-last
+    adaptive_max((32, 512, 9, 9), 1),
+    adaptive_max((32, 512, 7, 7), 1, channels_last=True),
+    adaptive_max((32, 256, 14, 14), 3),
+    adaptive_max((32, 256, 14, 14), 3, channels_last=True),
+    adaptive_max((64, 256, 15, 15), 4, channels_last=True),
+    max_((32, 192, 28, 28), 3, 1, 1),
+    max_((16, 64, 112, 112), 2),
+    max_((32, 192, 56, 56), 3, 2, ceil_mode=True, channels_last=True),
 )
 
 # The default: one cell per kind of behaviour (ragged, keras-wrong, overlapping, ceil,

@@ -164,12 +164,12 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
     - ``reduce_window``: one ``lax.reduce_window`` sum, for ``blocks`` and ``taps`` of
       windows up to ``MAX_SHORT_TAPS`` long on the innermost axis when the matrix is small
       (their own transposes run slowly on XLA:CPU there; measured on XLA:CPU against the
-      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms; longer windows make XLA:CPU's
-      ``reduce_window`` slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against
-      1.3x for ``rows``);
-    - ``matrix``: for ``matrix`` (windows too many for ``rows``): each window's elements
-      selected with the 0/1 window matrix and summed, the product's work without its
-      vectorized kernel, in a program whose size does not grow with the windows.
+      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms), and for ``matrix`` of equal
+      windows (long overlapping ones; longer windows make XLA:CPU's ``reduce_window``
+      slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against 1.3x for ``rows``);
+    - ``matrix``: for ``matrix`` of ragged windows (too many for ``rows``): each window's
+      elements selected with the 0/1 window matrix and summed, the product's work
+      without its vectorized kernel.
     """
     strategy = choose_strategy(plan, innermost, row_length)
     if strategy == "identity":
@@ -177,7 +177,7 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
     if strategy == "sums":
         return "rows"
     if strategy == "matrix":
-        return "matrix"
+        return "reduce_window" if plan.uniform else "matrix"
     if (innermost and strategy in ("blocks", "taps") and plan.lengths[0] <= MAX_SHORT_TAPS
             and plan.in_size * plan.out_size <= MAX_TANGENT_MATRIX):
         return "reduce_window"
@@ -312,6 +312,28 @@ def choose_max_strategy(plan: AxisPlan, family: WindowFamily) -> str:
     """
     left_padded = family.start - plan.pad_lo < 0
     return "doubling" if family.taps > MAX_WALK_TAPS and not left_padded else "walk"
+
+
+def choose_max_tangent(plan: AxisPlan) -> str:
+    """How the derivatives of an axis's window maxima are computed (the same linear map,
+    which sends each window's tangent to its winner):
+
+    - ``winners``: from each window's winning tap, kept by the walk: reverse mode builds
+      the gradient from ``ceil(span / step)`` shifted copies of the pooled cotangent per
+      family, compared with the winning taps, where the walk's transpose writes a padded
+      input-sized copy per tap and family. For ragged adaptive axes (several families),
+      all walked (measured on XLA:CPU, under load, against ``values``: 64x256x15x15 -> 4
+      gradient 0.62x, channels-last 0.21x; 32x256x14x14 -> 3 gradient 0.34x, second
+      derivative 0.42x);
+    - ``values``: JAX differentiates the values. For one family of windows at a fixed
+      stride, where XLA fuses the walk's transpose as well (3x3 s1 p1: the winning taps
+      took 1.9x as long; 3d 3/2/1 channels-last 1.2x), and for doubling spans, whose
+      program grows with the window's logarithm.
+    """
+    families = window_families(plan)
+    if len(families) > 1 and all(choose_max_strategy(plan, f) == "walk" for f in families):
+        return "winners"
+    return "values"
 
 
 def is_whole_axis(plan: AxisPlan) -> bool:

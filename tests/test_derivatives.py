@@ -161,3 +161,22 @@ def test_max_program_size_grows_with_the_window_logarithm():
             lambda a: jnp.sum(jaxpool.global_max_pool(a) ** 2)), x)
 
     assert size(1024) < 2 * size(64), (size(64), size(1024))
+
+
+def test_every_max_tangent_rule_has_a_case():
+    """The max cases above reach both of windows.choose_max_tangent's rules, and the
+    whole-axis rule."""
+    from jaxpool.plan import plan_adaptive, plan_max_pool
+    from jaxpool.windows import choose_max_tangent, is_whole_axis
+
+    plans = {
+        "max family padded": plan_max_pool("", (2, 3, 11, 10), None, 2, 3, 2, 1),
+        "max family dilated ceil": plan_max_pool("", (2, 3, 12, 11), None, 2, (3, 2), 2, 1,
+                                                 (2, 3), True),
+        "max families ragged": plan_adaptive("", (2, 3, 10, 7), None, 2, (4, 3)),
+        "max doubling": plan_adaptive("", (2, 3, 40, 19), None, 2, (2, 1)),
+    }
+    assert set(plans) <= set(MAX_CASES)
+    rules = {"whole axis" if is_whole_axis(axis) else choose_max_tangent(axis)
+             for plan in plans.values() for axis in plan.axes}
+    assert rules == {"winners", "values", "whole axis"}, rules

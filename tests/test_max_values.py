@@ -271,3 +271,53 @@ def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
         _check(lambda a: ADAPTIVE_MAX[ndim](a, tuple(sizes), True, channels_last=channels_last),
                lambda t: TORCH_ADAPTIVE_MAX[ndim](t, tuple(sizes), True), x, ndim,
                channels_last, rng)
+
+
+# One case per way max pooling differentiates an axis (windows.choose_max_tangent): the
+# walk's own derivative (padded, ceil-mode overhang, stride 1, doubling spans), the
+# winning taps of ragged adaptive families, whole-axis windows.
+NONFINITE_CASES = {
+    "walk 3x3 s2 p1": (lambda a, cl: jaxpool.max_pool2d(a, 3, 2, 1, channels_last=cl),
+                          lambda t: F.max_pool2d(t, 3, 2, 1), (2, 3, 9, 8)),
+    "walk ceil 4/3/2": (lambda a, cl: jaxpool.max_pool2d(a, 4, 3, 2, ceil_mode=True,
+                                                            channels_last=cl),
+                           lambda t: F.max_pool2d(t, 4, 3, 2, ceil_mode=True), (2, 3, 10, 9)),
+    "winners ragged 10 -> 4": (lambda a, cl: jaxpool.adaptive_max_pool2d(a, (4, 3),
+                                                                         channels_last=cl),
+                               lambda t: F.adaptive_max_pool2d(t, (4, 3)), (2, 3, 10, 7)),
+    "walk 3x3 s1 p1": (lambda a, cl: jaxpool.max_pool2d(a, 3, 1, 1, channels_last=cl),
+                         lambda t: F.max_pool2d(t, 3, 1, 1), (2, 3, 6, 7)),
+    "doubling": (lambda a, cl: jaxpool.adaptive_max_pool2d(a, (2, 1), channels_last=cl),
+                        lambda t: F.adaptive_max_pool2d(t, (2, 1)), (1, 2, 40, 19)),
+    "whole axis": (lambda a, cl: jaxpool.adaptive_max_pool2d(a, 1, channels_last=cl),
+                   lambda t: F.adaptive_max_pool2d(t, 1), (2, 3, 5, 7)),
+}
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", list(NONFINITE_CASES))
+def test_non_finite_derivatives_reach_only_the_picks(name, channels_last, rng):
+    """On tied inputs, a NaN or inf in the cotangent reaches only the element its window
+    picked (torch's backward), and one in the tangent only the windows that picked it
+    (torch.func.jvp): masks exactly, finite values to rounding."""
+    fn, torch_fn, shape = NONFINITE_CASES[name]
+    x = _inputs(shape, rng)["integers"]
+    out_shape = torch_fn(torch.tensor(x)).shape
+    cotangent, tangent = rng.standard_normal(out_shape), rng.standard_normal(shape)
+    for a, values in ((cotangent, (np.nan, np.inf, -np.inf)), (tangent, (np.nan, np.inf))):
+        a.reshape(-1)[rng.choice(a.size, size=len(values), replace=False)] = values
+    x_torch = torch.tensor(x, requires_grad=True)
+    (grad,) = torch.autograd.grad(torch_fn(x_torch), x_torch, torch.tensor(cotangent))
+    _, expected_tangent = torch.func.jvp(torch_fn, (torch.tensor(x),), (torch.tensor(tangent),))
+    ndim = len(shape) - 2
+    layout = (lambda a: to_channels_last(a, ndim)) if channels_last else (lambda a: a)
+    back = (lambda a: to_channels_first(np.asarray(a), ndim)) if channels_last else np.asarray
+    f = jax.jit(lambda a: fn(a, channels_last))
+    _, vjp = jax.vjp(f, jnp.asarray(layout(x)))
+    got_grad = back(vjp(jnp.asarray(layout(cotangent)))[0])
+    got_tangent = back(jax.jvp(f, (jnp.asarray(layout(x)),), (jnp.asarray(layout(tangent)),))[1])
+    for got, expected in ((got_grad, grad.numpy()), (got_tangent, expected_tangent.numpy())):
+        for pick in (np.isnan, np.isposinf, np.isneginf):
+            np.testing.assert_array_equal(pick(got), pick(expected))
+        finite = np.isfinite(expected)
+        np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-13, atol=1e-13)
