@@ -164,12 +164,12 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
     - ``reduce_window``: one ``lax.reduce_window`` sum, for ``blocks`` and ``taps`` of
       windows up to ``MAX_SHORT_TAPS`` long on the innermost axis when the matrix is small
       (their own transposes run slowly on XLA:CPU there; measured on XLA:CPU against the
-      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms), and for ``matrix`` of equal
-      windows (long overlapping ones; longer windows make XLA:CPU's ``reduce_window``
-      slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against 1.3x for ``rows``);
-    - ``matrix``: for ``matrix`` of ragged windows (too many for ``rows``): each window's
-      elements selected with the 0/1 window matrix and summed, the product's work
-      without its vectorized kernel.
+      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms; longer windows make XLA:CPU's
+      ``reduce_window`` slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against
+      1.3x for ``rows``);
+    - ``matrix``: for ``matrix`` (windows too many for ``rows``): each window's elements
+      selected with the 0/1 window matrix and summed, the product's work without its
+      vectorized kernel, in a program whose size does not grow with the windows.
     """
     strategy = choose_strategy(plan, innermost, row_length)
     if strategy == "identity":
@@ -177,7 +177,7 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
     if strategy == "sums":
         return "rows"
     if strategy == "matrix":
-        return "reduce_window" if plan.uniform else "matrix"
+        return "matrix"
     if (innermost and strategy in ("blocks", "taps") and plan.lengths[0] <= MAX_SHORT_TAPS
             and plan.in_size * plan.out_size <= MAX_TANGENT_MATRIX):
         return "reduce_window"
