@@ -1,4 +1,4 @@
-"""``python -m parity``: the jaxpool pooling suite (see ``parity.pooling.cli``)."""
+"""``python -m parity``: every jaxpool op against torch (see ``parity.pooling.cli``)."""
 
 import sys
 
