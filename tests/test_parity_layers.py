@@ -274,7 +274,7 @@ def test_a_wrong_backward_is_found_at_its_layer(torch_mlp, mode):
         assert ("gradient", "0.weight") in failing and ("input gradient", "") in failing
 
 
-@pytest.mark.parametrize("bug", ["bn", "add"])
+@pytest.mark.parametrize("bug", ["bn", pytest.param("add", marks=pytest.mark.slow)])
 def test_shadow_mode_fails_only_the_wrong_layer(residual_net, bug):
     """Each Flax layer on torch's recorded input: the layers after the planted difference
     agree again; chained mode fails them all."""

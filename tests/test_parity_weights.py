@@ -347,7 +347,7 @@ def _block_net_case():
     return torch_net, x, x_flax, init
 
 
-@pytest.mark.parametrize("reorder", ["jit", "tree_map"])
+@pytest.mark.parametrize("reorder", ["jit", pytest.param("tree_map", marks=pytest.mark.slow)])
 def test_sorted_variables_are_never_paired_by_their_order(reorder):
     torch_net, x, x_flax, _ = _block_net_case()
     with x64():
