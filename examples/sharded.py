@@ -147,6 +147,46 @@ CASES = (
     ("lp_pool2d p3 k2", jaxpool.lp_pool2d, (16, 16, 12, 12), dict(norm_type=3, kernel_size=2)),
     ("lp_pool3d p1.5 k2 ceil", jaxpool.lp_pool3d, (16, 16, 5, 5, 5),
      dict(norm_type=1.5, kernel_size=2, ceil_mode=True)),
+    ("interpolate bilinear x2", jaxpool.interpolate, (16, 16, 6, 6),
+     dict(scale_factor=2, mode="bilinear")),
+    ("interpolate bicubic 5 -> 7, align_corners", jaxpool.interpolate, (16, 16, 5, 5),
+     dict(size=7, mode="bicubic", align_corners=True)),
+    ("interpolate trilinear 4,5,6 -> 3,7,6", jaxpool.interpolate, (16, 16, 4, 5, 6),
+     dict(size=(3, 7, 6), mode="trilinear")),
+    ("interpolate nearest 1d x3", jaxpool.interpolate, (16, 16, 7), dict(scale_factor=3)),
+    ("interpolate bilinear antialias 12 -> 5", jaxpool.interpolate, (16, 16, 12, 12),
+     dict(size=5, mode="bilinear", antialias=True)),
+    ("interpolate area 7 -> 3", jaxpool.interpolate, (16, 16, 7, 7), dict(size=3, mode="area")),
+    ("upsample_nearest x2", jaxpool.upsample_nearest, (16, 16, 5, 5), dict(scale_factor=2)),
+    ("upsample_bilinear 5 -> 8", jaxpool.upsample_bilinear, (16, 16, 5, 5), dict(size=8)),
+    # Each output channel of a shuffle reads r*r consecutive input channels: 64 = 8 shards of
+    # 8 channels keeps every group on one device.
+    ("pixel_shuffle r2", jaxpool.pixel_shuffle, (16, 64, 4, 4), dict(upscale_factor=2)),
+    ("pixel_unshuffle r2", jaxpool.pixel_unshuffle, (16, 16, 6, 6), dict(downscale_factor=2)),
+    ("pad reflect (1, 2, 3, 0)", jaxpool.pad, (16, 16, 6, 6), dict(pad=(1, 2, 3, 0), mode="reflect")),
+    ("pad replicate 3d", jaxpool.pad, (16, 16, 3, 4, 5), dict(pad=(1, 1, 2, 0, 0, 3), mode="replicate")),
+    ("pad circular 1d", jaxpool.pad, (16, 16, 6), dict(pad=(2, 3), mode="circular")),
+    ("pad constant, negative crops", jaxpool.pad, (16, 16, 6, 6), dict(pad=(-1, 2, 1, -2), value=1.5)),
+)
+
+
+def _unpool(ndim: int, kernel: int, stride: int):
+    """max_pool with indices, then max_unpool: SegNet's encoder-decoder pair."""
+    pool = {1: jaxpool.max_pool1d, 2: jaxpool.max_pool2d, 3: jaxpool.max_pool3d}[ndim]
+    unpool = {1: jaxpool.max_unpool1d, 2: jaxpool.max_unpool2d, 3: jaxpool.max_unpool3d}[ndim]
+
+    def fn(x, channels_last=False):
+        values, indices = pool(x, kernel, stride, return_indices=True, channels_last=channels_last)
+        return unpool(values, indices, kernel, stride, channels_last=channels_last)
+
+    fn.__name__ = unpool.__name__
+    return fn
+
+
+CASES += (
+    ("max_unpool1d k3 s2 (overlapping)", _unpool(1, 3, 2), (16, 16, 11), {}),
+    ("max_unpool2d k2 (SegNet)", _unpool(2, 2, 2), (16, 16, 8, 8), {}),
+    ("max_unpool3d k2", _unpool(3, 2, 2), (16, 16, 4, 4, 4), {}),
 )
 
 
