@@ -1,5 +1,5 @@
-"""jaxpool: torch's pooling for JAX, exact, deterministic and scatter-free to any derivative
-order."""
+"""jaxpool: torch's pooling, resampling and padding for JAX, exact, deterministic and
+scatter-free to any derivative order."""
 
 from jaxpool import shapes
 from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
