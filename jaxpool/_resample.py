@@ -132,9 +132,10 @@ def _runs(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 
 def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values) -> jax.Array:
     """Values from ``values`` (``_matmul_keeping_nonfinite`` or ``_selections``),
-    derivatives from the plain product (the map is linear, so its derivative is itself
-    whatever the input holds). The selections' own transpose, a sum of one pad per run, ran
-    150x slower than the product's on XLA:CPU (4x64x64x64 -> 128 gradient: 23 s)."""
+    derivatives from ``_tap_sums`` (the map is linear, so its derivative is itself whatever
+    the input holds), which keeps a tangent's or cotangent's NaN and inf where torch does.
+    The selections' own transpose, a sum of one pad per run, ran 150x slower than a
+    product's on XLA:CPU (4x64x64x64 -> 128 gradient: 23 s)."""
 
     @jax.custom_jvp
     def resampled(x):
@@ -143,9 +144,35 @@ def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values) ->
     @resampled.defjvp
     def resampled_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return resampled(x), _matmul(t, axis, plan.matrix())
+        return resampled(x), _tap_sums(t, axis, plan)
 
     return resampled(x)
+
+
+def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """``sum_t w_t * t[tap_t]`` along ``axis`` (a tangent rule), each output's products
+    picked by a select with the constant tap support and summed: a NaN or inf reaches only
+    the outputs that tap it, a zero weight included (``0 * inf``), and the transpose (a
+    broadcast, a select, a product, a sum) sends a cotangent only to its output's taps, as
+    torch's backward does; a product with the ``[out, in]`` matrix would spread it along
+    the axis. An output that taps one element twice (clamped edges) takes one layer per
+    repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. The outputs go in blocks of
+    ``TAP_BLOCK``, each over the input span its taps cover, so the work is about
+    ``out * (TAP_BLOCK * in/out + taps)`` rather than ``out * in``."""
+    parts = []
+    for block in plan.tap_blocks():
+        lo, hi = block.span
+        piece = lax.slice_in_dim(t, lo, hi, axis=axis)
+        spread = jnp.broadcast_to(jnp.expand_dims(piece, axis),
+                                  piece.shape[:axis] + (block.size,) + piece.shape[axis:])
+        trailing = (1,) * (t.ndim - axis - 1)
+        terms = []
+        for weights, support in block.layers:
+            w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
+            picked = jnp.asarray(support.reshape(support.shape + trailing))
+            terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 1))
+        parts.append(functools.reduce(jnp.add, terms))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:

@@ -48,6 +48,10 @@ MAX_SMALL_MATRIX = 256
 # (4x64x64x64 -> 128 align_corners forward: see BENCHMARKS.md). Beyond this many slices
 # per axis the program grows too long and the matrix product is used.
 MAX_SELECTION_SLICES = 320
+# The derivative rules of the matrix and selections strategies pick each output's products
+# with a select over the input span of a block of this many outputs (see
+# jaxpool._resample._tap_sums): about out * (TAP_BLOCK * in/out + taps) products.
+TAP_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,46 @@ class AxisSampling:
 
     def phases(self) -> Phases | None:
         return find_phases(self)
+
+    def tap_blocks(self, block: int | None = None) -> tuple[TapBlock, ...]:
+        """The outputs in consecutive blocks of ``block`` (``TAP_BLOCK``), each with the
+        input span its taps cover and its weights and 0/1 support there, one layer per
+        repeat of a tap within an output."""
+        return _tap_blocks(self, block or TAP_BLOCK)
+
+
+@dataclass(frozen=True, eq=False)
+class TapBlock:
+    """Outputs ``first .. first + size`` of an axis read inputs ``span[0] .. span[1]``;
+    each layer is ``(weights, support)``, both ``[size, span length]``: output ``i``'s
+    ``r``-th product with input ``j`` (the ``r``-th repeat of that tap)."""
+
+    first: int
+    size: int
+    span: tuple[int, int]
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _tap_blocks(plan: AxisSampling, block: int) -> tuple[TapBlock, ...]:
+    blocks = []
+    for first in range(0, plan.out_size, block):
+        outputs = range(first, min(first + block, plan.out_size))
+        lo = min(j for i in outputs for j in plan.taps[i])
+        hi = max(j for i in outputs for j in plan.taps[i]) + 1
+        layers: list[tuple[np.ndarray, np.ndarray]] = []
+        for row, i in enumerate(outputs):
+            seen: dict[int, int] = {}
+            for j, w in zip(plan.taps[i], plan.weights[i]):
+                r = seen.get(j, 0)
+                seen[j] = r + 1
+                if r == len(layers):
+                    layers.append((np.zeros((len(outputs), hi - lo)),
+                                   np.zeros((len(outputs), hi - lo), bool)))
+                layers[r][0][row, j - lo] = w
+                layers[r][1][row, j - lo] = True
+        blocks.append(TapBlock(first, len(outputs), (lo, hi), tuple(layers)))
+    return tuple(blocks)
 
 
 @dataclass(frozen=True)

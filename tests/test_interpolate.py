@@ -382,3 +382,51 @@ def test_derivatives_match_torchs_forward(name, rng):
             lambda t: (wt * torch.tanh(F.interpolate(t, **kwargs)) ** 2).sum(),
             torch.from_numpy(x), torch.from_numpy(v))
         np.testing.assert_allclose(hvp, expected.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# --- non-finite tangents and cotangents ---------------------------------------------------------
+
+from test_nonfinite import _derivative_maps, _same_mask, _with_non_finite  # noqa: E402
+
+# every mode's derivative rule (each strategy's case, and the modes of CASES under -m slow);
+# torch's backward is the transpose of its forward in all of them (not BACKWARD_DIFFERENCES)
+NONFINITE_CASES = {**{f"{name} (derivative case)": case
+                      for name, case in DERIVATIVE_CASES.items()},
+                   **{name: case for name, case in CASES.items() if name != "area"}}
+DEFAULT_NONFINITE = {f"{name} (derivative case)" for name in DERIVATIVE_CASES} | {
+    "trilinear", "bilinear antialias down", "linear 1d down"}
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=() if name in DEFAULT_NONFINITE else pytest.mark.slow)
+    for name in NONFINITE_CASES])
+def test_non_finite_derivatives_stay_where_torch_puts_them(name, rng):
+    """A cotangent's NaN or inf reaches only the taps of its output (a zero weight too:
+    ``0 * inf`` is NaN), as torch's backward; a tangent's only the outputs that tap it, as
+    torch.func.jvp: at first and second order, in every way of reaching each map, masks
+    exactly. (A product with the [out, in] matrix spreads them along the axis.)"""
+    shape, kwargs = NONFINITE_CASES[name]
+    f = _resize(kwargs)
+    reference = lambda t: F.interpolate(t, **kwargs)  # noqa: E731
+    x = rng.standard_normal(shape)
+    x_torch = torch.tensor(x, requires_grad=True)
+    y = reference(x_torch)
+    values = (np.nan, np.inf, -np.inf, np.inf)
+    cotangent = _with_non_finite(rng.standard_normal(y.shape), values, rng)
+    tangent = _with_non_finite(rng.standard_normal(shape), values, rng)
+    expected = {
+        "reverse": torch.autograd.grad(y, x_torch, torch.tensor(cotangent))[0].numpy(),
+        "forward": torch.func.jvp(reference, (torch.tensor(x),),
+                                  (torch.tensor(tangent),))[1].numpy()}
+    inputs = {"reverse": jnp.asarray(cotangent), "forward": jnp.asarray(tangent)}
+
+    @jax.jit  # one compiled program for every way
+    def everything(x, inputs):
+        maps = _derivative_maps(f, x)
+        return {mode: {way: g(inputs[mode]) for way, g in maps[mode].items()}
+                for mode in maps}
+
+    for mode, ways in everything(jnp.asarray(x), inputs).items():
+        for way, value in ways.items():
+            _same_mask(value, expected[mode], f"{name}, {way}")
