@@ -37,7 +37,16 @@ def _functional(pool, w):
     return lambda x: jnp.sum(w * jnp.tanh(pool(x)) ** 2)
 
 
-@pytest.mark.parametrize("name", list(POOLS))
+# Order-3 finite differences compile a large program per case (10-30 s each): the default
+# run checks one case of each kind of rule (sums, products, strided slices, blocks, walk,
+# whole axis, LP), `-m slow` every case. The exact derivative tests below (no scatter,
+# torch's Hessian-vector products, vmap) run on every case by default.
+GRADS_DEFAULT = ("global", "taps long", "blocks channels-last", "matrix", "max 1d unbatched",
+                 "global max", "lp inf")
+
+
+@pytest.mark.parametrize("name", [n if n in GRADS_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in POOLS])
 def test_check_grads_to_order_3(name, rng):
     pool, shape = POOLS[name]
     x = jnp.asarray(_input(name, shape, rng))

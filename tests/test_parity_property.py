@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import parity
 from parity.pooling.ops import jax_counterpart, torch_counterpart
 
-EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
