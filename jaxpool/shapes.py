@@ -416,7 +416,13 @@ def input_shape_from_output(output_shape: Shape, input_spatial: Size | None = No
 def max_unpool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
                  padding: Size = 0, output_size: Sequence[int] | None = None, *,
                  channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.max_unpool1d` (``input_shape``: the pooled values').
+    """Output shape of :func:`jaxpool.max_unpool1d`.
+
+    Args:
+      input_shape: the pooled values', ``[B, C, L]`` or ``[C, L]`` (``[B, L, C]`` or ``[L, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, output_size, channels_last: as
+        :func:`jaxpool.max_unpool1d`.
 
     Returns:
       The output shape, same layout: L becomes ``(L - 1)*stride - 2*padding + kernel_size``
@@ -433,7 +439,13 @@ def max_unpool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = No
 def max_unpool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
                  padding: Size = 0, output_size: Sequence[int] | None = None, *,
                  channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.max_unpool2d` (``input_shape``: the pooled values').
+    """Output shape of :func:`jaxpool.max_unpool2d`.
+
+    Args:
+      input_shape: the pooled values', ``[B, C, H, W]`` or ``[C, H, W]`` (``[B, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, output_size, channels_last: as
+        :func:`jaxpool.max_unpool2d`.
 
     Returns:
       The output shape, same layout: each of H, W becomes
@@ -450,7 +462,13 @@ def max_unpool2d(input_shape: Shape, kernel_size: Size, stride: Size | None = No
 def max_unpool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
                  padding: Size = 0, output_size: Sequence[int] | None = None, *,
                  channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.max_unpool3d` (``input_shape``: the pooled values').
+    """Output shape of :func:`jaxpool.max_unpool3d`.
+
+    Args:
+      input_shape: the pooled values', ``[B, C, D, H, W]`` or ``[C, D, H, W]`` (``[B, D, H, W, C]`` or ``[D, H, W, C]`` with
+        ``channels_last``).
+      kernel_size, stride, padding, output_size, channels_last: as
+        :func:`jaxpool.max_unpool3d`.
 
     Returns:
       The output shape, same layout: each of D, H, W becomes
@@ -466,7 +484,14 @@ def max_unpool3d(input_shape: Shape, kernel_size: Size, stride: Size | None = No
 
 def pad(input_shape: Shape, pad: Sequence[int], mode: str = "constant",
         value: float | None = None, *, channels_last: bool = False) -> tuple[int, ...]:
-    """Output shape of :func:`jaxpool.pad`: each padded axis grows by ``lo + hi``.
+    """Output shape of :func:`jaxpool.pad`.
+
+    Args:
+      input_shape: the input's shape (channels-first, or ``[..., C]`` with ``channels_last``).
+      pad, mode, value, channels_last: as :func:`jaxpool.pad`.
+
+    Returns:
+      The output shape: each padded axis grows by its ``lo + hi`` (negative pads crop).
 
     Example:
       >>> jaxpool.shapes.pad((8, 64, 128, 128), (3, 3, 3, 3), "reflect")
