@@ -180,6 +180,7 @@ def _main():
     return module.main
 
 
+@pytest.mark.slow  # the planted-bug tests of test_parity_layers cover both modes by default
 def test_planted_bug_is_the_first_divergence_in_both_modes(capsys):
     code = _main()(["--batch", "1", "--size", "32", "--width", "16", "--plant-bug",
                     "layer2.0.bn2", "--dtype", "float32"])
