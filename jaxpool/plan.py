@@ -28,10 +28,7 @@ class PoolPlan:
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        shape = list(self.input_shape)
-        for axis, plan in zip(self.spatial_axes, self.axes):
-            shape[axis] = plan.out_size
-        return tuple(shape)
+        return output_shape(self.input_shape, self.spatial_axes, self.axes)
 
     @property
     def strategies(self) -> tuple[str, ...]:
@@ -49,6 +46,14 @@ class PoolPlan:
         out = self.output_shape
         last = len(out) - 1
         return [(axis == last, math.prod(out[axis + 1:])) for axis in self.spatial_axes]
+
+
+def output_shape(input_shape: tuple[int, ...], spatial_axes: tuple[int, ...], axes) -> tuple[int, ...]:
+    """``input_shape`` with each spatial axis at its per-axis plan's ``out_size``."""
+    shape = list(input_shape)
+    for axis, plan in zip(spatial_axes, axes):
+        shape[axis] = plan.out_size
+    return tuple(shape)
 
 
 def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from jaxpool import _checks
+from jaxpool.plan import output_shape
 
 PRECISIONS = ("float32", "float64")
 """The arithmetic torch's kernels use for the taps and weights: ``float32`` for float16,
@@ -457,10 +458,7 @@ class ResamplePlan:
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        shape = list(self.input_shape)
-        for axis, plan in zip(self.spatial_axes, self.axes):
-            shape[axis] = plan.out_size
-        return tuple(shape)
+        return output_shape(self.input_shape, self.spatial_axes, self.axes)
 
     @property
     def strategies(self) -> tuple[str, ...]:
