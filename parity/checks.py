@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from . import programs
+
 __all__ = ["Check", "Failed", "JaxSide", "TorchSide", "checks", "run_jax", "run_torch"]
 
 
@@ -277,12 +279,15 @@ def run_torch(table: list[Check], side: TorchSide) -> tuple[dict, dict]:
     return out, notes
 
 
-def run_jax(table: list[Check], make_side: Callable, args: tuple, jit: bool) -> dict:
+def run_jax(table: list[Check], make_side: Callable, args: tuple, jit: bool,
+            name: str | None = None) -> dict:
     """{check name: list of NumPy arrays or Failed}; ``make_side(*args)`` builds the JaxSide.
 
     Every check is fused into one compiled program when possible (one compilation per call
     instead of one per check); if anything in it fails, each check runs on its own so the
-    failure lands on the right row.
+    failure lands on the right row. ``name`` names the fused program for the store of
+    ``parity.programs`` (when one is open): it must determine ``make_side`` and the table,
+    as the arguments' shapes and dtypes are added to it here.
     """
     wrap = jax.jit if jit else (lambda fn: fn)
 
@@ -292,8 +297,20 @@ def run_jax(table: list[Check], make_side: Callable, args: tuple, jit: bool) -> 
     def program(c):
         return lambda *a: c.jax(make_side(*a))
 
+    def fused_checks(*a):
+        return {c.name: program(c)(*a) for c in table}
+
+    store = programs.active_store()
+    if jit and name is not None and store is not None:
+        avals = jax.tree_util.tree_map(lambda a: (a.shape, np.dtype(a.dtype).name), args)
+        key = f"{name}|{[c.name for c in table]}|{avals}"
+        try:
+            fused = store.jit(fused_checks, key, *args)
+            return {k: block(v) for k, v in fused(*args).items()}
+        except Exception:  # noqa: BLE001 - not exportable: trace it as usual
+            pass
     try:
-        fused = wrap(lambda *a: {c.name: program(c)(*a) for c in table})
+        fused = wrap(fused_checks)
         return {k: block(v) for k, v in fused(*args).items()}
     except Exception:  # noqa: BLE001 - localise below
         pass

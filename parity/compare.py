@@ -125,6 +125,7 @@ def compare(
     bad_inputs: Sequence[Any] = (),
     jit: bool = True,
     label: str = "",
+    program_key: str | None = None,
 ) -> Report:
     """Check that ``jax_fn(*inputs)`` and ``torch_fn(*inputs)`` agree, derivatives included.
 
@@ -146,6 +147,10 @@ def compare(
       jit: compile the JAX side (one fused program per call); False for functions that
         cannot be traced.
       label: name shown in the report.
+      program_key: a name that fixes ``jax_fn`` and the inputs that are not arrays; inside
+        ``parity.programs.program_store(dir)`` the JAX side's traced program is kept under
+        it (with the arrays' shapes and dtypes) and loaded from there next time instead of
+        being traced again. None (the default) traces every call.
 
     Returns:
       A ``Report`` with one row per check and leaf; ``report.ok`` is True iff every row
@@ -169,7 +174,7 @@ def compare(
     use_ref = reference == "float64" or (reference == "auto" and dtype in HALF)
 
     with x64():
-        checker = _Checker(jax_fn, torch_fn, args, orders, seed, dtype, jit)
+        checker = _Checker(jax_fn, torch_fn, args, orders, seed, dtype, jit, program_key)
         rows = checker.run(use_ref, rtol, atol)
         if bad_inputs:
             cases = [c if isinstance(c, Call) else Call(*(c if isinstance(c, tuple) else (c,)))
@@ -191,8 +196,10 @@ def _round_results(results, dtype):
 class _Checker:
     """One ``compare`` call: the shared random data, both sides, and the rows."""
 
-    def __init__(self, jax_fn, torch_fn, args: _Inputs, orders, seed, dtype, jit):
+    def __init__(self, jax_fn, torch_fn, args: _Inputs, orders, seed, dtype, jit,
+                 program_key=None):
         self.jax_fn, self.torch_fn, self.args = jax_fn, torch_fn, args
+        self.program_key = program_key
         self.orders, self.seed, self.dtype, self.jit = orders, seed, np.dtype(dtype), jit
         self.fdtype = functional_dtype(dtype)
         self.t_arrays = [to_torch(a) for a in args.arrays]
@@ -329,8 +336,13 @@ class _Checker:
 
         dxs = [to_jax(args.arrays[j]) for j in args.diff]
         others = [to_jax(args.arrays[j]) for j in args.others]
+        name = None
+        if self.program_key is not None:
+            # Everything make_side closes over besides the function, which the key names.
+            name = (f"{self.program_key}|orders={self.orders}|scales={self.scales!r}|"
+                    f"float_out={float_out}|fdtype={self.fdtype.name}")
         return run_jax(checks(self.orders), make_side, (dxs, others, self._data_as(to_jax)),
-                       self.jit)
+                       self.jit, name)
 
     # -- rows
 

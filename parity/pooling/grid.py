@@ -203,7 +203,7 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
     else:
         jax_fn, torch_fn = case.functions()
         report = compare(jax_fn, torch_fn, *case.inputs(), orders=case.orders, seed=case.seed,
-                         label=case.key)
+                         label=case.key, program_key=repr(case))
     report.label = case.key
     return CaseResult(case, report, time.perf_counter() - t0)
 

@@ -1,10 +1,11 @@
-"""Running the suite's cases: in this process or in worker processes, with JAX's persistent
-compilation cache.
+"""Running the suite's cases: in this process or in worker processes, with the programs
+kept on disk between runs.
 
-Nearly all of a case's time is JAX compiling its one fused program (the value and every
-derivative check); the compiled programs are tiny and run in microseconds. So the cache,
-which keeps compiled programs on disk between runs, saves most of a second run, and the
-cases, independent of one another, spread over the CPUs.
+Nearly all of a case's time is JAX tracing and compiling its one fused program (the value
+and every derivative check); the compiled programs are tiny and run in microseconds. So a
+second run loads each traced program from ``parity.programs``' store and its compiled code
+from JAX's persistent compilation cache, both in the cache directory, and the cases,
+independent of one another, spread over the CPUs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pathlib
 import sys
 from typing import Callable, Iterator, Sequence
 
+from .. import programs
 from .grid import CaseResult, run_case
 
 __all__ = ["compilation_cache", "default_cache_dir", "default_jobs", "run_cases"]
@@ -55,8 +57,9 @@ _CACHE_OPTIONS = {
 
 @contextlib.contextmanager
 def compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
-    """Compile through JAX's persistent cache in ``path`` (nothing changes for None); the
-    previous settings come back on exit."""
+    """Compile through JAX's persistent cache in ``path``, and keep the traced programs in
+    ``path / "programs"`` (nothing changes for None); the previous settings come back on
+    exit."""
     if path is None:
         yield
         return
@@ -69,7 +72,8 @@ def compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
         jax.config.update(name, str(path) if value is None else value)
     jax_cache.reset_cache()  # JAX reads the settings once, at its first compilation
     try:
-        yield
+        with programs.program_store(path / "programs"):
+            yield
     finally:
         for name, value in before.items():
             jax.config.update(name, value)

@@ -1,0 +1,143 @@
+"""``parity.programs``: traced programs kept on disk, loaded instead of traced, never stale."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jaxpool
+import parity
+from parity import programs
+from parity.pooling import grid as suite
+from parity.pooling import runner
+
+pytestmark = pytest.mark.skipif(not programs.serialization_available(),
+                                reason="jax.export serialization needs flatbuffers")
+
+
+class _Counting:
+    """A JAX function that counts the times it is traced or called."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+def _pool(x):
+    return jaxpool.max_pool2d(x, 3, 2, 1)
+
+
+def _torch_pool(x):
+    return torch.nn.functional.max_pool2d(x, 3, 2, 1)
+
+
+def _compare(fn, x, key, **kw):
+    return parity.compare(fn, _torch_pool, x, orders=2, program_key=key, **kw)
+
+
+def _results(report):
+    return [(r.name, r.abs_err, r.ok) for r in report.rows]
+
+
+def test_a_stored_program_is_loaded_instead_of_traced(tmp_path, rng):
+    x = rng.standard_normal((2, 3, 7, 6))
+    fresh = _Counting(_pool)
+    plain = _compare(fresh, x, None)
+    with programs.program_store(tmp_path):
+        first = _Counting(_pool)
+        stored = _compare(first, x, "max_pool2d k3 s2 p1")
+        second = _Counting(_pool)
+        loaded = _compare(second, x, "max_pool2d k3 s2 p1")
+    assert len(list(tmp_path.glob("*/*"))) == 1
+    assert plain.ok and stored.ok and loaded.ok
+    assert _results(plain) == _results(stored) == _results(loaded)
+    # Every check traces the function again; from the store only the output's shape is.
+    assert first.calls == fresh.calls > 5
+    assert second.calls == 1
+
+
+def test_no_key_or_no_store_traces_every_time(tmp_path, rng):
+    x = rng.standard_normal((1, 2, 5, 5))
+    for key, store in ((None, tmp_path), ("k", None)):
+        with programs.program_store(store):
+            fns = [_Counting(_pool) for _ in range(2)]
+            for fn in fns:
+                _compare(fn, x, key)
+        assert fns[0].calls == fns[1].calls > 5
+    assert not any(tmp_path.glob("*/*"))
+
+
+def test_changed_sources_shapes_or_dtypes_miss_the_store(tmp_path, rng, monkeypatch):
+    # Small values: every output's scale is 1, so only the arrays tell these calls apart.
+    x = 0.1 * rng.standard_normal((1, 2, 5, 5))
+    with programs.program_store(tmp_path):
+        _compare(_pool, x, "k")
+        for other in (x[..., :4], x.astype(np.float32)):
+            fn = _Counting(_pool)
+            assert _compare(fn, other, "k").ok
+            assert fn.calls > 5
+    assert len(list(tmp_path.glob("*/*"))) == 3
+    monkeypatch.setattr(programs, "fingerprint", lambda: "another version of jaxpool")
+    with programs.program_store(tmp_path):
+        fn = _Counting(_pool)
+        _compare(fn, x, "k")
+        assert fn.calls > 5
+    # the programs of the old fingerprint are gone, the new one's kept
+    assert len(list(tmp_path.glob("*/*"))) == 1
+
+
+def test_the_fingerprint_follows_the_source(tmp_path, monkeypatch):
+    programs.fingerprint.cache_clear()
+    before = programs.fingerprint()
+    source = tmp_path / "parity"
+    source.mkdir()
+    (source / "__init__.py").write_text("")
+    monkeypatch.setattr(programs, "_PACKAGES", ("parity",))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "parity")
+    try:
+        programs.fingerprint.cache_clear()
+        empty = programs.fingerprint()
+        (source / "__init__.py").write_text("x = 1\n")
+        programs.fingerprint.cache_clear()
+        edited = programs.fingerprint()
+    finally:
+        monkeypatch.undo()
+        programs.fingerprint.cache_clear()
+    assert len({before, empty, edited}) == 3
+    assert programs.fingerprint() == before
+
+
+def test_a_damaged_entry_is_a_miss(tmp_path, rng):
+    x = rng.standard_normal((1, 2, 5, 5))
+    with programs.program_store(tmp_path):
+        _compare(_pool, x, "k")
+        (entry,) = tmp_path.glob("*/*")
+        entry.write_bytes(b"not a program")
+        fn = _Counting(_pool)
+        assert _compare(fn, x, "k").ok
+        assert fn.calls > 5
+
+
+def test_a_wrong_stored_program_is_caught_not_trusted(tmp_path, rng):
+    """The store is keyed on what the caller names; a program stored for another function
+    under the same name would be run, and the comparison with torch then fails loudly."""
+    x = rng.standard_normal((1, 2, 5, 5))
+    with programs.program_store(tmp_path):
+        _compare(lambda x: jnp.negative(_pool(x)), x, "k")
+        assert not _compare(_pool, x, "k").ok
+
+
+def test_the_suite_names_each_case_completely_and_runs_from_the_store(tmp_path):
+    cases = suite.quick_cases(["adaptive_max_pool2d"], ["float32"])
+    assert len({repr(c) for c in cases}) == len(cases)
+    case = cases[0]
+    with runner.compilation_cache(tmp_path):
+        first = suite.run_case(case)
+        second = suite.run_case(case)
+    assert first.ok and second.ok
+    assert [r.abs_err for r in first.report.rows] == [r.abs_err for r in second.report.rows]
+    assert len(list((tmp_path / "programs").glob("*/*"))) == 1
