@@ -9,6 +9,7 @@ where that choice is made.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # Per-axis strategies, from cheapest to most general. Every one of them is built from pad,
@@ -314,26 +315,69 @@ def choose_max_strategy(plan: AxisPlan, family: WindowFamily) -> str:
     return "doubling" if family.taps > MAX_WALK_TAPS and not left_padded else "walk"
 
 
-def choose_max_tangent(plan: AxisPlan) -> str:
-    """How the derivatives of an axis's window maxima are computed (the same linear map,
-    which sends each window's tangent to its winner):
+# Up to this many taps per window (the product over the pooled axes) the derivatives of
+# a max pooling come from each window's winner over all axes at once: reverse mode then
+# writes one compare and select per tap and window, a program that grows with the
+# product, where the walk's own derivative grows with the sum.
+MAX_PICK_TAPS = 32
 
-    - ``winners``: from each window's winning tap, kept by the walk: reverse mode builds
-      the gradient from ``ceil(span / step)`` shifted copies of the pooled cotangent per
-      family, compared with the winning taps, where the walk's transpose writes a padded
-      input-sized copy per tap and family. For ragged adaptive axes (several families),
-      all walked (measured on XLA:CPU, under load, against ``values``: 64x256x15x15 -> 4
-      gradient 0.62x, channels-last 0.21x; 32x256x14x14 -> 3 gradient 0.34x, second
-      derivative 0.42x);
-    - ``values``: JAX differentiates the values. For one family of windows at a fixed
-      stride, where XLA fuses the walk's transpose as well (3x3 s1 p1: the winning taps
-      took 1.9x as long; 3d 3/2/1 channels-last 1.2x), and for doubling spans, whose
-      program grows with the window's logarithm.
+
+def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tuple[str, ...]:
+    """How the derivatives of a max pooling's window maxima are computed, per spatial axis
+    (the same linear map either way, which sends each window's tangent to its winner).
+    ``axes``: the op's per-axis plans; ``innermost_pooled``: the last array axis is the
+    last of them and pools (channels-first).
+
+    - ``identity``: nothing to do along the axis;
+    - ``whole axis``: one window over the axis: the winner's position by reductions, held
+      constant;
+    - ``picks``: every pooling axis at once, from each window's winner coded as a small
+      integer (which tap along each axis), kept by the walk: reverse mode builds each
+      phase of the input (position mod stride, per axis) from the few windows that reach
+      it, compared with their codes, and interleaves the phases, where the walk's
+      transpose writes a padded copy per tap and axis. For one family of windows at a
+      fixed stride on every pooling axis, walked, with at most ``MAX_PICK_TAPS`` taps;
+      on channels-first arrays only when the innermost axis's windows overlap at a stride
+      of at least 2 (measured on XLA:CPU, side by side against ``values``, loaded
+      machine: 16x112x112x64 3x3 s2 p1 channels-last gradient 0.22x, second derivative
+      0.48x; 16x64x112x112 0.82x, 0.60x; 32x28x28x192 3x3 s1 p1 channels-last 0.35x,
+      0.19x; 4x64x16x56x56 3/2/1 0.92x, 0.69x, channels-last 0.87x, 0.66x; 3x3 s2 ceil
+      0.88x, 0.61x, channels-last 0.56x, 0.38x; 2x2 channels-last 0.71x, 0.74x;
+      channels-first 3x3 s1 p1 1.39x, 0.54x and 2x2 0.92x, 1.64x, so not there);
+    - ``winners``: one axis at a time, from each window's winning tap along it: reverse
+      mode builds the gradient from ``ceil(span / step)`` shifted copies of the pooled
+      cotangent per family. For ragged adaptive axes (several families), all walked
+      (measured on XLA:CPU, under load, against ``values``: 64x256x15x15 -> 4 gradient
+      0.62x, channels-last 0.21x; 32x256x14x14 -> 3 gradient 0.34x, second derivative
+      0.42x);
+    - ``values``: JAX differentiates the values' walk (or doubling spans, whose program
+      grows with the window's logarithm).
     """
+    pooled = [plan for plan in axes if not is_identity(plan)]
+    picks = (bool(pooled) and all(_one_walked_family(p) for p in pooled)
+             and math.prod(window_families(p)[0].taps for p in pooled) <= MAX_PICK_TAPS)
+    if picks and innermost_pooled:
+        family = window_families(axes[-1])[0]
+        picks = 2 <= family.step < (family.taps - 1) * family.dilation + 1
+    rules = []
+    for plan in axes:
+        if is_identity(plan):
+            rules.append("identity")
+        elif is_whole_axis(plan):
+            rules.append("whole axis")
+        elif picks:
+            rules.append("picks")
+        else:
+            families = window_families(plan)
+            walked = all(choose_max_strategy(plan, f) == "walk" for f in families)
+            rules.append("winners" if len(families) > 1 and walked else "values")
+    return tuple(rules)
+
+
+def _one_walked_family(plan: AxisPlan) -> bool:
     families = window_families(plan)
-    if len(families) > 1 and all(choose_max_strategy(plan, f) == "walk" for f in families):
-        return "winners"
-    return "values"
+    return (len(families) == 1 and families[0].step > 0 and families[0].count > 1
+            and not is_whole_axis(plan) and choose_max_strategy(plan, families[0]) == "walk")
 
 
 def is_whole_axis(plan: AxisPlan) -> bool:

@@ -172,19 +172,101 @@ def test_max_program_size_grows_with_the_window_logarithm():
 
 
 def test_every_max_tangent_rule_has_a_case():
-    """The max cases above reach both of windows.choose_max_tangent's rules, and the
-    whole-axis rule."""
+    """The max cases above reach every rule of windows.choose_max_tangent."""
     from jaxpool.plan import plan_adaptive, plan_max_pool
-    from jaxpool.windows import choose_max_tangent, is_whole_axis
+    from jaxpool.windows import choose_max_tangent, is_identity
 
     plans = {
         "max family padded": plan_max_pool("", (2, 3, 11, 10), None, 2, 3, 2, 1),
         "max family dilated ceil": plan_max_pool("", (2, 3, 12, 11), None, 2, (3, 2), 2, 1,
                                                  (2, 3), True),
         "max families ragged": plan_adaptive("", (2, 3, 10, 7), None, 2, (4, 3)),
+        "max families up + identity": plan_adaptive("", (2, 3, 3, 5), None, 2, (7, None)),
         "max doubling": plan_adaptive("", (2, 3, 40, 19), None, 2, (2, 1)),
+        "lp inf": plan_max_pool("", (2, 3, 13), None, 1, 3),
     }
     assert set(plans) <= set(MAX_CASES)
-    rules = {"whole axis" if is_whole_axis(axis) else choose_max_tangent(axis)
-             for plan in plans.values() for axis in plan.axes}
-    assert rules == {"winners", "values", "whole axis"}, rules
+    # channels-first: the innermost array axis is the last spatial one
+    rules = {rule for plan in plans.values()
+             for rule in choose_max_tangent(plan.axes, not is_identity(plan.axes[-1]))}
+    assert rules == {"picks", "winners", "values", "whole axis", "identity"}, rules
+
+
+MAX = {1: jaxpool.max_pool1d, 2: jaxpool.max_pool2d, 3: jaxpool.max_pool3d}
+TORCH_MAX = {1: torch.nn.functional.max_pool1d, 2: torch.nn.functional.max_pool2d,
+             3: torch.nn.functional.max_pool3d}
+# Max pooling differentiated from each window's winner over every axis at once
+# (windows.choose_max_tangent's ``picks``): strides shorter than, equal to and longer than
+# the window, dilation, ceil mode, 1d to 3d; name -> (ndim, arguments, shape, layouts
+# that take the rule).
+PICKS_CASES = {
+    "3x3 s2 p1": (2, dict(kernel_size=3, stride=2, padding=1), (2, 3, 11, 10), (False, True)),
+    "3x3 s1 p1": (2, dict(kernel_size=3, stride=1, padding=1), (2, 3, 7, 6), (True,)),
+    "2x2": (2, dict(kernel_size=2), (2, 3, 9, 8), (True,)),
+    "stride beyond the window": (2, dict(kernel_size=2, stride=3), (2, 3, 11, 10), (True,)),
+    "dilated ceil": (2, dict(kernel_size=(3, 2), stride=2, padding=1, dilation=(2, 3),
+                             ceil_mode=True), (2, 3, 12, 11), (False, True)),
+    "3d 3/2/1": (3, dict(kernel_size=3, stride=2, padding=1), (1, 2, 5, 6, 7), (False, True)),
+    "1d long ceil": (1, dict(kernel_size=20, stride=3, padding=10, ceil_mode=True),
+                     (2, 3, 45), (False, True)),
+}
+
+
+def _picks_case(name, channels_last):
+    from jaxpool.plan import plan_max_pool
+    from jaxpool.windows import choose_max_tangent, is_identity
+
+    ndim, args, shape, layouts = PICKS_CASES[name]
+    if channels_last:
+        shape = (shape[0],) + shape[2:] + (shape[1],)
+    plan = plan_max_pool("", shape, None, ndim, args["kernel_size"], args.get("stride"),
+                         args.get("padding", 0), args.get("dilation", 1),
+                         args.get("ceil_mode", False), channels_last)
+    rules = choose_max_tangent(plan.axes, not channels_last and not is_identity(plan.axes[-1]))
+    assert ("picks" in rules) == (channels_last in layouts), rules
+    return ndim, args, shape, lambda a: MAX[ndim](a, **args, channels_last=channels_last)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", list(PICKS_CASES))
+def test_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
+    """On tied inputs (ReLU outputs in quarters): values exactly, the gradient, its
+    gradient and the forward-mode tangent as torch's (each window's derivative reaches its
+    first maximal element)."""
+    from torch_reference import to_channels_first, to_channels_last
+
+    ndim, args, _, pool = _picks_case(name, channels_last)
+    shape = PICKS_CASES[name][2]
+    x = np.round(np.maximum(rng.standard_normal(shape), 0) * 4) / 4
+    v = rng.standard_normal(shape)
+    x_torch = torch.tensor(x, requires_grad=True)
+    y = TORCH_MAX[ndim](x_torch, **args)
+    w = rng.standard_normal(y.shape)
+    (g,) = torch.autograd.grad((torch.tensor(w) * y ** 2).sum(), x_torch, create_graph=True)
+    (gg,) = torch.autograd.grad((g ** 2).sum(), x_torch)
+    _, tangent = torch.func.jvp(lambda t: TORCH_MAX[ndim](t, **args), (torch.tensor(x),),
+                                (torch.tensor(v),))
+    layout = (lambda a: jnp.asarray(to_channels_last(a, ndim))) if channels_last else jnp.asarray
+    back = (lambda a: to_channels_first(np.asarray(a), ndim)) if channels_last else np.asarray
+    loss = lambda a: jnp.sum(layout(w) * pool(a) ** 2)  # noqa: E731
+    got_g = jax.jit(jax.grad(loss))(layout(x))
+    got_gg = jax.jit(jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2)))(layout(x))
+    got_tangent = jax.jit(lambda a, t: jax.jvp(pool, (a,), (t,))[1])(layout(x), layout(v))
+    np.testing.assert_array_equal(back(jax.jit(pool)(layout(x))), y.detach().numpy())
+    np.testing.assert_array_equal(back(got_tangent), tangent.numpy())
+    for got, expected in ((got_g, g), (got_gg, gg)):
+        expected = expected.detach().numpy()
+        np.testing.assert_allclose(back(got), expected, rtol=1e-13,
+                                   atol=1e-13 * np.abs(expected).max(initial=1))
+
+
+@pytest.mark.parametrize("name", list(PICKS_CASES))
+def test_max_picks_hold_no_scatter_or_gather_at_any_order(name, rng):
+    """Channels-last, where every case takes the rule: both modes, orders 1 to 3."""
+    ndim, _, shape, pool = _picks_case(name, True)
+    x = jnp.asarray(rng.random(shape))
+    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
+    for program, fn in _derivative_programs(pool, x, w).items():
+        ops = _stablehlo_ops(fn, x)
+        banned = {op for op in ops if "scatter" in op or op == "gather"}
+        assert not banned, f"{name}: {program} lowers to {banned}"
