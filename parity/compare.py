@@ -27,6 +27,7 @@ import jax
 import numpy as np
 import torch
 
+from . import programs
 from .checks import Failed, JaxSide, TorchSide, checks, run_jax, run_torch, short_exc
 from .convert import (TORCH_DTYPES, is_array, map_arrays, numpy_dtype, output_leaves, to_jax,
                       to_numpy, to_torch, x64)
@@ -217,8 +218,14 @@ class _Checker:
 
     def _jax_forward_spec(self):
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.args.arrays]
+        store = programs.active_store()
         try:
-            return jax.eval_shape(lambda *a: _leaves(self.jax_fn, self.args.build(a)), *specs)
+            def leaves(*a):
+                return _leaves(self.jax_fn, self.args.build(a))
+
+            if store is not None and self.program_key is not None:
+                return store.eval_shape(leaves, f"{self.program_key}|forward", *specs)
+            return jax.eval_shape(leaves, *specs)
         except Exception:  # noqa: BLE001 - not traceable abstractly: run it
             ys = _leaves(self.jax_fn, self.args.build([to_jax(a) for a in self.args.arrays]))
             return [jax.ShapeDtypeStruct(y.shape, y.dtype) for y in ys]

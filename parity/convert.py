@@ -12,7 +12,6 @@ import contextlib
 from collections.abc import Mapping
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import torch
@@ -86,7 +85,7 @@ def to_jax(tensor) -> jax.Array:
     """JAX array with the same values, shape and dtype as a torch tensor or NumPy array."""
     a = to_numpy(tensor)
     with x64():
-        out = jnp.asarray(a)
+        out = jax.device_put(a)  # jnp.asarray would compile a program per shape and dtype
     if out.dtype != a.dtype:  # pragma: no cover - would mean a silent cast
         raise TypeError(f"to_jax: dtype {a.dtype} became {out.dtype}")
     return out

@@ -20,11 +20,14 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import json
+import os
 import pathlib
 import shutil
 from typing import Callable, Iterator
 
 import jax
+import numpy as np
 from jax import export
 
 __all__ = ["ProgramStore", "active_store", "fingerprint", "program_store", "serialization_available"]
@@ -67,35 +70,58 @@ class ProgramStore:
     def _path(self, name: str) -> pathlib.Path:
         return self.directory / f"{hashlib.sha256(name.encode()).hexdigest()}.stablehlo"
 
-    def load(self, name: str) -> export.Exported | None:
+    def _load(self, name: str) -> export.Exported | None:
         """The program stored under ``name``, or None (never stored, or unreadable)."""
         try:
             return export.deserialize(bytearray(self._path(name).read_bytes()))
         except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
             return None
 
-    def save(self, name: str, program: export.Exported) -> None:
+    def _save(self, name: str, program: export.Exported) -> None:
         """Store ``program`` under ``name``; written to a temporary file and renamed, so that
         a reader in another process never sees half a program."""
-        path = self._path(name)
+        self._write(self._path(name), program.serialize())
+
+    def _write(self, path: pathlib.Path, data: bytes | bytearray) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{id(program)}.tmp")
-        tmp.write_bytes(program.serialize())
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
         tmp.replace(path)
+
+    def eval_shape(self, fn: Callable, name: str, *args) -> list[jax.ShapeDtypeStruct]:
+        """``jax.eval_shape(fn, *args)`` for a ``fn`` that returns a list of arrays, from the
+        store when ``name`` is in it (else traced now and stored); ``name`` gets the
+        arguments' shapes and dtypes added."""
+        name = f"{name}|eval_shape|{_avals(args)}"
+        path = self._path(name).with_suffix(".json")
+        try:
+            return [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+                    for shape, dtype in json.loads(path.read_text())]
+        except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
+            pass
+        out = jax.eval_shape(fn, *args)
+        self._write(path, json.dumps([[list(o.shape), np.dtype(o.dtype).name] for o in out]).encode())
+        return out
 
     def jit(self, fn: Callable, name: str, *args) -> Callable:
         """``jax.jit(fn)``, traced from the store when ``name`` is in it (else traced now
-        and stored); ``args`` are the arguments it will be called with."""
-        program = self.load(name)
+        and stored); ``args`` are the arguments it will be called with, and ``name`` gets
+        their shapes and dtypes added."""
+        name = f"{name}|jit|{_avals(args)}"
+        program = self._load(name)
         if program is None:
             program = export.export(jax.jit(fn))(*args)
-            self.save(name, program)
+            self._save(name, program)
         return jax.jit(program.call)
 
 
 def serialization_available() -> bool:
     """Whether ``jax.export`` can serialize here (it needs the flatbuffers package)."""
     return importlib.util.find_spec("flatbuffers") is not None
+
+
+def _avals(args) -> str:
+    return str(jax.tree_util.tree_map(lambda a: (a.shape, np.dtype(a.dtype).name), args))
 
 
 _active: list[ProgramStore] = []

@@ -51,12 +51,13 @@ def test_a_stored_program_is_loaded_instead_of_traced(tmp_path, rng):
         stored = _compare(first, x, "max_pool2d k3 s2 p1")
         second = _Counting(_pool)
         loaded = _compare(second, x, "max_pool2d k3 s2 p1")
-    assert len(list(tmp_path.glob("*/*"))) == 1
+    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 1
     assert plain.ok and stored.ok and loaded.ok
     assert _results(plain) == _results(stored) == _results(loaded)
-    # Every check traces the function again; from the store only the output's shape is.
+    # Every check traces the function again; from the store nothing does.
     assert first.calls == fresh.calls > 5
-    assert second.calls == 1
+    assert second.calls == 0
+    assert len(list(tmp_path.glob("*/*.json"))) == 1  # the output's shapes and dtypes
 
 
 def test_no_key_or_no_store_traces_every_time(tmp_path, rng):
@@ -67,7 +68,7 @@ def test_no_key_or_no_store_traces_every_time(tmp_path, rng):
             for fn in fns:
                 _compare(fn, x, key)
         assert fns[0].calls == fns[1].calls > 5
-    assert not any(tmp_path.glob("*/*"))
+    assert not any(tmp_path.glob("*/*.stablehlo"))
 
 
 def test_changed_sources_shapes_or_dtypes_miss_the_store(tmp_path, rng, monkeypatch):
@@ -79,14 +80,14 @@ def test_changed_sources_shapes_or_dtypes_miss_the_store(tmp_path, rng, monkeypa
             fn = _Counting(_pool)
             assert _compare(fn, other, "k").ok
             assert fn.calls > 5
-    assert len(list(tmp_path.glob("*/*"))) == 3
+    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 3
     monkeypatch.setattr(programs, "fingerprint", lambda: "another version of jaxpool")
     with programs.program_store(tmp_path):
         fn = _Counting(_pool)
         _compare(fn, x, "k")
         assert fn.calls > 5
     # the programs of the old fingerprint are gone, the new one's kept
-    assert len(list(tmp_path.glob("*/*"))) == 1
+    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 1
 
 
 def test_the_fingerprint_follows_the_source(tmp_path, monkeypatch):
@@ -115,7 +116,7 @@ def test_a_damaged_entry_is_a_miss(tmp_path, rng):
     x = rng.standard_normal((1, 2, 5, 5))
     with programs.program_store(tmp_path):
         _compare(_pool, x, "k")
-        (entry,) = tmp_path.glob("*/*")
+        (entry,) = tmp_path.glob("*/*.stablehlo")
         entry.write_bytes(b"not a program")
         fn = _Counting(_pool)
         assert _compare(fn, x, "k").ok
@@ -140,4 +141,5 @@ def test_the_suite_names_each_case_completely_and_runs_from_the_store(tmp_path):
         second = suite.run_case(case)
     assert first.ok and second.ok
     assert [r.abs_err for r in first.report.rows] == [r.abs_err for r in second.report.rows]
-    assert len(list((tmp_path / "programs").glob("*/*"))) == 1
+    assert len(list((tmp_path / "programs").glob("*/*.stablehlo"))) == 1
+    assert len(list((tmp_path / "programs").glob("*/*.json"))) == 1
