@@ -1,8 +1,8 @@
-"""``python -m parity``: every jaxpool op against torch (see ``parity.pooling.cli``)."""
+"""``python -m parity``: every jaxpool op against torch (see ``parity.suite.cli``)."""
 
 import sys
 
-from .pooling.cli import main
+from .suite.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,8 +8,8 @@ import torch
 import jaxpool
 import parity
 from parity import programs
-from parity.pooling import grid as suite
-from parity.pooling import runner
+from parity.suite import grid as suite
+from parity.suite import runner
 
 pytestmark = pytest.mark.skipif(not programs.serialization_available(),
                                 reason="jax.export serialization needs flatbuffers")

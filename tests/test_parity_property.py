@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import parity
-from parity.pooling.ops import jax_counterpart, torch_counterpart
+from parity.suite.ops import jax_counterpart, torch_counterpart
 
 EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,

@@ -1,4 +1,4 @@
-"""The pooling suite, its report and the ``python -m parity`` command."""
+"""The suite of every jaxpool op, its report and the ``python -m parity`` command."""
 
 import dataclasses
 import json
@@ -13,10 +13,10 @@ from rich.console import Console
 
 import jaxpool
 import parity
-from parity.pooling import report as report_mod
-from parity.pooling import grid as suite
-from parity.pooling import runner
-from parity.pooling.cli import build_parser, main
+from parity.suite import report as report_mod
+from parity.suite import grid as suite
+from parity.suite import runner
+from parity.suite.cli import build_parser, main
 
 
 def _case(op, dtype="float64", channels_last=False):

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from parity.pooling.ops import OPS
+from parity.suite.ops import OPS
 
 AVG = {1: jaxpool.avg_pool1d, 2: jaxpool.avg_pool2d, 3: jaxpool.avg_pool3d}
 ADAPTIVE = {1: jaxpool.adaptive_avg_pool1d, 2: jaxpool.adaptive_avg_pool2d,

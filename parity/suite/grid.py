@@ -1,4 +1,4 @@
-"""The cases of the pooling suite: which ops run on which inputs with which arguments.
+"""The cases of the suite: which ops run on which inputs with which arguments.
 
 A ``Case`` is one op with one set of arguments on one input (shape, dtype, layout); the
 grid of cases is ``quick_cases()`` or ``full_cases()``. ``ErrorCase`` lists argument sets
