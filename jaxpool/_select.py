@@ -79,9 +79,9 @@ def _max_along(x, index, axis: int, plan: AxisPlan, rule: str, plane_stride: int
     if rule == "whole axis":
         return _max_of_axis(x, index, axis, plan, plane_stride, with_indices)
     families = window_families(plan)
-    if rule != "winners":
+    if rule not in ("winners", "rows"):
         return _max_of_families(x, index, axis, plan, families, plane_stride, with_indices)
-    values = _max_with_winner_tangents(x, axis, plan, families)
+    values = _max_with_winner_tangents(x, axis, plan, families, rule)
     if not with_indices:
         return values, None
     return values, _max_of_families(x, index, axis, plan, families, plane_stride, True)[1]
@@ -214,7 +214,7 @@ def _spread_picks(c, code, steps):
     return total
 
 
-def _max_with_winner_tangents(x, axis: int, plan: AxisPlan, families):
+def _max_with_winner_tangents(x, axis: int, plan: AxisPlan, families, rule: str):
     """Values from the walk; derivatives from each window's winning tap, held constant.
     The tangent is written as the transpose of "each input element sums the cotangents of
     the windows whose winning tap it is" (:func:`_sum_picks`), so that reverse mode, which
@@ -233,8 +233,10 @@ def _max_with_winner_tangents(x, axis: int, plan: AxisPlan, families):
         # Written out once: fused into its consumers, the walk would run again for every
         # input element of every term.
         taps = lax.optimization_barrier(taps)
-        spread = jax.linear_transpose(lambda c: _sum_picks(c, taps, axis, plan, families),
-                                      jax.ShapeDtypeStruct(values.shape, t.dtype))
+        spread = jax.linear_transpose(
+            (lambda c: _sum_picks_rows(c, taps, axis, plan)) if rule == "rows"
+            else (lambda c: _sum_picks(c, taps, axis, plan, families)),
+            jax.ShapeDtypeStruct(values.shape, t.dtype))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
         return pool(x), spread(t)[0]
 
@@ -286,6 +288,28 @@ def _sum_picks(c, taps, axis: int, plan: AxisPlan, families):
         part = _shift(part, axis, offset, plan.in_size, 0)
         total = part if total is None else total + part
     return total
+
+
+def _sum_picks_rows(c, taps, axis: int, plan: AxisPlan):
+    """As :func:`_sum_picks`, one input row (along ``axis``) at a time: row ``p`` sums the
+    cotangents of the windows that hold it where their winning tap is ``p``. The windows'
+    rows come from one ``split``, whose transpose is a concatenation (slices would
+    transpose to a padded copy per row and window in the second derivative)."""
+    rows = []
+    zero = jnp.zeros((), c.dtype)
+    c_rows = lax.split(c, [1] * c.shape[axis], axis)
+    t_rows = lax.split(taps, [1] * c.shape[axis], axis)
+    for p, holders in enumerate(plan.windows_of_rows()):
+        row = None
+        for i in holders:
+            tap = (p + plan.pad_lo - plan.starts[i]) // plan.dilation
+            c_i, t_i = c_rows[i], t_rows[i]
+            term = jnp.where(t_i == jnp.asarray(tap, taps.dtype), c_i, zero)
+            row = term if row is None else row + term
+        if row is None:
+            row = jnp.zeros(c.shape[:axis] + (1,) + c.shape[axis + 1:], c.dtype)
+        rows.append(row)
+    return jnp.concatenate(rows, axis=axis)
 
 
 def _shift(x, axis: int, lo: int, size: int, fill):

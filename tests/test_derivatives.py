@@ -186,10 +186,12 @@ def test_every_max_tangent_rule_has_a_case():
         "lp inf": plan_max_pool("", (2, 3, 13), None, 1, 3),
     }
     assert set(plans) <= set(MAX_CASES)
+    # a ragged innermost axis (channels-first), as in test_max_values' non-finite cases
+    plans["ragged innermost"] = plan_adaptive("", (2, 3, 7, 10), None, 2, (3, 4))
     # channels-first: the innermost array axis is the last spatial one
     rules = {rule for plan in plans.values()
              for rule in choose_max_tangent(plan.axes, not is_identity(plan.axes[-1]))}
-    assert rules == {"picks", "winners", "values", "whole axis", "identity"}, rules
+    assert rules == {"picks", "rows", "winners", "values", "whole axis", "identity"}, rules
 
 
 MAX = {1: jaxpool.max_pool1d, 2: jaxpool.max_pool2d, 3: jaxpool.max_pool3d}
@@ -210,6 +212,36 @@ PICKS_CASES = {
     "1d long ceil": (1, dict(kernel_size=20, stride=3, padding=10, ceil_mode=True),
                      (2, 3, 45), (False, True)),
 }
+# Ragged adaptive max pooling (several window families per axis): ``rows`` on the outer
+# axes, ``winners`` on a channels-first innermost one; name -> (output size, shape).
+RAGGED_CASES = {"15 -> 4": (4, (2, 3, 15, 15)), "14 -> (3, 5)": ((3, 5), (2, 3, 14, 13)),
+                "5 -> 7 (upsampling)": ((7, 4), (2, 3, 5, 9))}
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", list(RAGGED_CASES))
+def test_ragged_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
+    """As above, for adaptive max pooling of ragged axes."""
+    from torch_reference import to_channels_first, to_channels_last
+
+    out, shape = RAGGED_CASES[name]
+    pool = lambda a: jaxpool.adaptive_max_pool2d(a, out, channels_last=channels_last)  # noqa: E731
+    x = np.round(np.maximum(rng.standard_normal(shape), 0) * 4) / 4
+    x_torch = torch.tensor(x, requires_grad=True)
+    y = torch.nn.functional.adaptive_max_pool2d(x_torch, out)
+    w = rng.standard_normal(y.shape)
+    (g,) = torch.autograd.grad((torch.tensor(w) * y ** 2).sum(), x_torch, create_graph=True)
+    (gg,) = torch.autograd.grad((g ** 2).sum(), x_torch)
+    layout = (lambda a: jnp.asarray(to_channels_last(a, 2))) if channels_last else jnp.asarray
+    back = (lambda a: to_channels_first(np.asarray(a), 2)) if channels_last else np.asarray
+    loss = lambda a: jnp.sum(layout(w) * pool(a) ** 2)  # noqa: E731
+    got_g = jax.jit(jax.grad(loss))(layout(x))
+    got_gg = jax.jit(jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2)))(layout(x))
+    np.testing.assert_array_equal(back(jax.jit(pool)(layout(x))), y.detach().numpy())
+    for got, expected in ((got_g, g), (got_gg, gg)):
+        expected = expected.detach().numpy()
+        np.testing.assert_allclose(back(got), expected, rtol=1e-13,
+                                   atol=1e-13 * np.abs(expected).max(initial=1))
 
 
 def _picks_case(name, channels_last):

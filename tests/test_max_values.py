@@ -276,14 +276,17 @@ def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
 # One case per way max pooling differentiates (windows.choose_max_tangent): each window's
 # winner over every axis (padded, ceil-mode overhang, and stride 1 channels-last), the
 # walk's own derivative (stride 1 channels-first, doubling spans), the winning taps of
-# ragged adaptive families, whole-axis windows.
+# ragged adaptive families (axis by axis, or row by row on outer axes), whole-axis windows.
 NONFINITE_CASES = {
     "picks 3x3 s2 p1": (lambda a, cl: jaxpool.max_pool2d(a, 3, 2, 1, channels_last=cl),
                           lambda t: F.max_pool2d(t, 3, 2, 1), (2, 3, 9, 8)),
     "picks ceil 4/3/2": (lambda a, cl: jaxpool.max_pool2d(a, 4, 3, 2, ceil_mode=True,
                                                             channels_last=cl),
                            lambda t: F.max_pool2d(t, 4, 3, 2, ceil_mode=True), (2, 3, 10, 9)),
-    "winners ragged 10 -> 4": (lambda a, cl: jaxpool.adaptive_max_pool2d(a, (4, 3),
+    "winners or rows ragged 7 -> 3, 10 -> 4": (
+        lambda a, cl: jaxpool.adaptive_max_pool2d(a, (3, 4), channels_last=cl),
+        lambda t: F.adaptive_max_pool2d(t, (3, 4)), (2, 3, 7, 10)),
+    "rows ragged 10 -> 4": (lambda a, cl: jaxpool.adaptive_max_pool2d(a, (4, 3),
                                                                          channels_last=cl),
                                lambda t: F.adaptive_max_pool2d(t, (4, 3)), (2, 3, 10, 7)),
     "walk or picks 3x3 s1 p1": (lambda a, cl: jaxpool.max_pool2d(a, 3, 1, 1, channels_last=cl),
