@@ -386,7 +386,7 @@ def test_derivatives_match_torchs_forward(name, rng):
 
 # --- non-finite tangents and cotangents ---------------------------------------------------------
 
-from test_nonfinite import _derivative_maps, _same_mask, _with_non_finite  # noqa: E402
+from test_nonfinite import _derivative_maps, _non_finite_directions, _same_mask  # noqa: E402
 
 # every mode's derivative rule (each strategy's case, and the modes of CASES under -m slow);
 # torch's backward is the transpose of its forward in all of them (not BACKWARD_DIFFERENCES)
@@ -410,16 +410,8 @@ def test_non_finite_derivatives_stay_where_torch_puts_them(name, rng):
     f = _resize(kwargs)
     reference = lambda t: F.interpolate(t, **kwargs)  # noqa: E731
     x = rng.standard_normal(shape)
-    x_torch = torch.tensor(x, requires_grad=True)
-    y = reference(x_torch)
-    values = (np.nan, np.inf, -np.inf, np.inf)
-    cotangent = _with_non_finite(rng.standard_normal(y.shape), values, rng)
-    tangent = _with_non_finite(rng.standard_normal(shape), values, rng)
-    expected = {
-        "reverse": torch.autograd.grad(y, x_torch, torch.tensor(cotangent))[0].numpy(),
-        "forward": torch.func.jvp(reference, (torch.tensor(x),),
-                                  (torch.tensor(tangent),))[1].numpy()}
-    inputs = {"reverse": jnp.asarray(cotangent), "forward": jnp.asarray(tangent)}
+    expected, inputs = _non_finite_directions(reference, x, (np.nan, np.inf, -np.inf, np.inf),
+                                              rng)
 
     @jax.jit  # one compiled program for every way
     def everything(x, inputs):

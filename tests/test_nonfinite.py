@@ -71,6 +71,21 @@ def _with_non_finite(a, values, rng):
     return a
 
 
+def _non_finite_directions(reference, x, values, rng):
+    """A cotangent and a tangent with ``values`` planted in them, as JAX arrays by mode
+    ("reverse", "forward"), and torch's answers for them: ``reference``'s backward of the
+    cotangent and its forward-mode derivative along the tangent, at ``x``."""
+    x_torch = torch.tensor(x, requires_grad=True)
+    y = reference(x_torch)
+    cotangent = _with_non_finite(rng.standard_normal(y.shape), values, rng)
+    tangent = _with_non_finite(rng.standard_normal(x.shape), values, rng)
+    expected = {
+        "reverse": torch.autograd.grad(y, x_torch, torch.tensor(cotangent))[0].numpy(),
+        "forward": torch.func.jvp(reference, (torch.tensor(x),),
+                                  (torch.tensor(tangent),))[1].numpy()}
+    return expected, {"reverse": jnp.asarray(cotangent), "forward": jnp.asarray(tangent)}
+
+
 def _same_mask(got, expected, what):
     got = np.asarray(got)
     for pick in (np.isnan, np.isposinf, np.isneginf):
@@ -134,16 +149,7 @@ def test_non_finite_derivatives_stay_where_torch_puts_them(name, values, every_w
     x = rng.standard_normal(shape)
     if name.startswith("lp"):
         x = np.abs(x) + 0.1
-    reference = DERIVATIVE_TORCH[name]
-    x_torch = torch.tensor(x, requires_grad=True)
-    y = reference(x_torch)
-    cotangent = _with_non_finite(rng.standard_normal(y.shape), values, rng)
-    tangent = _with_non_finite(rng.standard_normal(shape), values, rng)
-    expected = {
-        "reverse": torch.autograd.grad(y, x_torch, torch.tensor(cotangent))[0].numpy(),
-        "forward": torch.func.jvp(reference, (torch.tensor(x),),
-                                  (torch.tensor(tangent),))[1].numpy()}
-    inputs = {"reverse": jnp.asarray(cotangent), "forward": jnp.asarray(tangent)}
+    expected, inputs = _non_finite_directions(DERIVATIVE_TORCH[name], x, values, rng)
 
     # one compiled program for all of them: compile time dominates on the CPU
     @jax.jit
