@@ -20,6 +20,7 @@ salted so that the directions never coincide with inputs a caller drew from
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Callable, Sequence
 
@@ -148,10 +149,11 @@ def compare(
       jit: compile the JAX side (one fused program per call); False for functions that
         cannot be traced.
       label: name shown in the report.
-      program_key: a name that fixes ``jax_fn`` and the inputs that are not arrays; inside
-        ``parity.programs.program_store(dir)`` the JAX side's traced program is kept under
-        it (with the arrays' shapes and dtypes) and loaded from there next time instead of
-        being traced again. None (the default) traces every call.
+      program_key: a name that fixes both functions and the inputs that are not arrays;
+        inside ``parity.programs.program_store(dir)`` the JAX side's compiled program is
+        kept under it (with the arrays' shapes and dtypes) and torch's results (with the
+        arrays' values), and loaded from there next time instead of being traced, compiled
+        and computed again. None (the default) computes everything on every call.
 
     Returns:
       A ``Report`` with one row per check and leaf; ``report.ok`` is True iff every row
@@ -187,6 +189,14 @@ def compare(
 
 def _cast_floats(tensors, dtype):
     return [t.to(dtype) if t.is_floating_point() else t for t in tensors]
+
+
+def _as_numpy(sides):
+    """A side's results as NumPy arrays (failures as they are), to be stored."""
+    t_side, notes, r_side = sides
+    convert = lambda side: {k: r if isinstance(r, Failed) else [to_numpy(t) for t in r]
+                            for k, r in side.items()}
+    return convert(t_side), notes, convert(r_side)
 
 
 def _round_results(results, dtype):
@@ -351,14 +361,22 @@ class _Checker:
         return run_jax(checks(self.orders), make_side, (dxs, others, self._data_as(to_jax)),
                        self.jit, name)
 
-    # -- rows
+    def _torch_results(self, use_ref, emulated):
+        """torch's side of every check, its notes and the float64 reference's side ({} when
+        not used); from the store when ``program_key`` names this comparison."""
+        store = programs.active_store()
+        if store is None or self.program_key is None:
+            return self._torch_sides(use_ref, emulated)
+        # torch's results follow from the functions (which the key names), the arrays'
+        # values and the random data, which the seed and the torch forward's scales fix.
+        digest = hashlib.sha256()
+        for a in self.args.arrays:
+            digest.update(f"{a.shape}{a.dtype}".encode() + np.ascontiguousarray(a).tobytes())
+        name = (f"{self.program_key}|torch|orders={self.orders}|seed={self.seed}|"
+                f"scales={self.scales!r}|ref={use_ref}|emulated={emulated}|{digest.hexdigest()}")
+        return store.results(name, lambda: _as_numpy(self._torch_sides(use_ref, emulated)))
 
-    def run(self, use_ref, rtol, atol):
-        fwd, failed_row = self._forward(use_ref)
-        if failed_row is not None:
-            return [failed_row]
-        y_t, emulated = fwd
-        self._draw(y_t)
+    def _torch_sides(self, use_ref, emulated):
         name = self.dtype.name
         emulation_note = f"torch has no {name} kernel here: float32, rounded to {name}"
         if emulated:
@@ -376,6 +394,17 @@ class _Checker:
                 e_side, _ = self._torch_emulated()
                 for k in lacking:
                     t_side[k], t_notes[k] = e_side[k], emulation_note
+        return t_side, t_notes, r_side
+
+    # -- rows
+
+    def run(self, use_ref, rtol, atol):
+        fwd, failed_row = self._forward(use_ref)
+        if failed_row is not None:
+            return [failed_row]
+        y_t, emulated = fwd
+        self._draw(y_t)
+        t_side, t_notes, r_side = self._torch_results(use_ref, emulated)
         j_side = self._jax()
         rows = []
         for c in checks(self.orders):

@@ -1,15 +1,21 @@
-"""Traced JAX programs kept on disk, so that a later run neither traces nor compiles them.
+"""Compiled JAX programs and torch's results kept on disk, so that a later run neither
+traces nor compiles nor recomputes them.
 
 JAX's persistent compilation cache keeps compiled programs, but it is keyed on the traced
-program: a run that hits it still traces every program first, and for derivatives of order
-three tracing takes as long as compiling. This store keeps the traced program itself
-(``jax.export``, serialized StableHLO) under a name the caller gives, so that a second run
-loads it instead of tracing it, and the compilation cache then supplies the compiled code.
+program: a run that hits it still traces and lowers every program first, and for
+derivatives of order three tracing takes as long as compiling. This store keeps the
+compiled executable itself (``jax.experimental.serialize_executable``, the same bytes the
+compilation cache holds) under a name the caller gives, so that a second run loads it and
+calls it without tracing, lowering or hashing anything. It keeps torch's side of a
+comparison too (``ProgramStore.results``): nested ``torch.func.jvp`` runs op by op in
+Python and costs more than running the stored JAX program.
 
-A name is only half the key. The other half is a fingerprint of everything the program
-could depend on: the source of ``jaxpool`` and ``parity``, and the versions of jax, jaxlib
-and numpy. Any change to them starts a fresh set of programs, so a stored program never
-stands in for code that has changed.
+A name is only half the key. The other half is a fingerprint of everything a program or a
+result could depend on: the source of ``jaxpool`` and ``parity``, the versions of jax,
+jaxlib, numpy and torch, and the host (XLA's platform version, the machine, the CPU's
+features, torch's vector instructions). Any change to them starts a fresh store, so a
+stored program never stands in for code that has changed, nor runs on a CPU it was not
+built for.
 """
 
 from __future__ import annotations
@@ -23,23 +29,43 @@ import importlib.util
 import json
 import os
 import pathlib
+import pickle
+import platform
 import shutil
 from typing import Callable, Iterator
 
 import jax
 import numpy as np
-from jax import export
 
 __all__ = ["ProgramStore", "active_store", "fingerprint", "program_store", "serialization_available"]
 
 _PACKAGES = ("jaxpool", "parity")
-_DISTRIBUTIONS = ("jax", "jaxlib", "numpy")
+_DISTRIBUTIONS = ("jax", "jaxlib", "numpy", "torch")
+
+
+def _host() -> str:
+    """What a compiled CPU program and torch's results are tied to: XLA's platform, the
+    machine, its CPU features, and the vector instructions torch's kernels use."""
+    import torch
+
+    device = jax.devices()[0]
+    features = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as info:
+            features = next((line for line in info if line.startswith(("flags", "Features"))),
+                            features)
+    except OSError:
+        pass
+    return (f"{device.platform} {device.client.platform_version} {platform.machine()} "
+            f"{torch.backends.cpu.get_cpu_capability()} {features}")
 
 
 @functools.lru_cache(maxsize=None)
 def fingerprint() -> str:
-    """A hash of the jaxpool and parity sources and of the versions of jax, jaxlib, numpy."""
+    """A hash of the jaxpool and parity sources, of the versions of jax, jaxlib, numpy and
+    torch, and of the host (``_host``)."""
     h = hashlib.sha256()
+    h.update(_host().encode() + b"\n")
     for dist in _DISTRIBUTIONS:
         try:
             version = importlib.metadata.version(dist)
@@ -55,7 +81,7 @@ def fingerprint() -> str:
 
 
 class ProgramStore:
-    """Exported JAX programs, one file per name, in a folder of ``directory`` named by the
+    """Compiled JAX programs and torch's results, one file per name, in a folder of ``directory`` named by the
     fingerprint; opening the store removes the folders of other fingerprints, whose
     programs can no longer be used."""
 
@@ -68,19 +94,25 @@ class ProgramStore:
                     shutil.rmtree(stale, ignore_errors=True)
 
     def _path(self, name: str) -> pathlib.Path:
-        return self.directory / f"{hashlib.sha256(name.encode()).hexdigest()}.stablehlo"
+        return self.directory / f"{hashlib.sha256(name.encode()).hexdigest()}.xla"
 
-    def _load(self, name: str) -> export.Exported | None:
+    def _load(self, name: str) -> Callable | None:
         """The program stored under ``name``, or None (never stored, or unreadable)."""
+        from jax.experimental import serialize_executable
+
         try:
-            return export.deserialize(bytearray(self._path(name).read_bytes()))
+            executable, in_tree, out_tree = pickle.loads(self._path(name).read_bytes())
+            return serialize_executable.deserialize_and_load(executable, in_tree, out_tree)
         except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
             return None
 
-    def _save(self, name: str, program: export.Exported) -> None:
-        """Store ``program`` under ``name``; written to a temporary file and renamed, so that
-        a reader in another process never sees half a program."""
-        self._write(self._path(name), program.serialize())
+    def _save(self, name: str, compiled: jax.stages.Compiled) -> None:
+        """Store ``compiled`` under ``name``; written to a temporary file and renamed, so
+        that a reader in another process never sees half a program."""
+        from jax.experimental import serialize_executable
+
+        # The executable with its argument and result trees (which pickle).
+        self._write(self._path(name), pickle.dumps(serialize_executable.serialize(compiled)))
 
     def _write(self, path: pathlib.Path, data: bytes | bytearray) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -104,20 +136,32 @@ class ProgramStore:
         return out
 
     def jit(self, fn: Callable, name: str, *args) -> Callable:
-        """``jax.jit(fn)``, traced from the store when ``name`` is in it (else traced now
-        and stored); ``args`` are the arguments it will be called with, and ``name`` gets
-        their shapes and dtypes added."""
+        """``jax.jit(fn)`` compiled for ``args``, from the store when ``name`` is in it
+        (else compiled now and stored); ``name`` gets the arguments' shapes and dtypes
+        added. The result takes arguments of exactly those shapes and dtypes."""
         name = f"{name}|jit|{_avals(args)}"
-        program = self._load(name)
-        if program is None:
-            program = export.export(jax.jit(fn))(*args)
-            self._save(name, program)
-        return jax.jit(program.call)
+        compiled = self._load(name)
+        if compiled is None:
+            compiled = jax.jit(fn).lower(*args).compile()
+            self._save(name, compiled)
+        return compiled
+
+    def results(self, name: str, compute: Callable[[], object]) -> object:
+        """``compute()``, from the store when ``name`` is in it (else computed now and
+        stored); the result must pickle."""
+        path = self._path(f"{name}|results").with_suffix(".pickle")
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
+            pass
+        result = compute()
+        self._write(path, pickle.dumps(result))
+        return result
 
 
 def serialization_available() -> bool:
-    """Whether ``jax.export`` can serialize here (it needs the flatbuffers package)."""
-    return importlib.util.find_spec("flatbuffers") is not None
+    """Whether this jax can serialize compiled programs."""
+    return importlib.util.find_spec("jax.experimental.serialize_executable") is not None
 
 
 def _avals(args) -> str:

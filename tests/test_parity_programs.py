@@ -1,4 +1,5 @@
-"""``parity.programs``: traced programs kept on disk, loaded instead of traced, never stale."""
+"""``parity.programs``: compiled programs and torch's results kept on disk, loaded instead of
+recomputed, never stale."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +13,7 @@ from parity.suite import grid as suite
 from parity.suite import runner
 
 pytestmark = pytest.mark.skipif(not programs.serialization_available(),
-                                reason="jax.export serialization needs flatbuffers")
+                                reason="this jax cannot serialize compiled programs")
 
 
 class _Counting:
@@ -51,7 +52,7 @@ def test_a_stored_program_is_loaded_instead_of_traced(tmp_path, rng):
         stored = _compare(first, x, "max_pool2d k3 s2 p1")
         second = _Counting(_pool)
         loaded = _compare(second, x, "max_pool2d k3 s2 p1")
-    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 1
+    assert len(list(tmp_path.glob("*/*.xla"))) == 1
     assert plain.ok and stored.ok and loaded.ok
     assert _results(plain) == _results(stored) == _results(loaded)
     # Every check traces the function again; from the store nothing does.
@@ -68,7 +69,7 @@ def test_no_key_or_no_store_traces_every_time(tmp_path, rng):
             for fn in fns:
                 _compare(fn, x, key)
         assert fns[0].calls == fns[1].calls > 5
-    assert not any(tmp_path.glob("*/*.stablehlo"))
+    assert not any(tmp_path.glob("*/*.xla"))
 
 
 def test_changed_sources_shapes_or_dtypes_miss_the_store(tmp_path, rng, monkeypatch):
@@ -80,14 +81,14 @@ def test_changed_sources_shapes_or_dtypes_miss_the_store(tmp_path, rng, monkeypa
             fn = _Counting(_pool)
             assert _compare(fn, other, "k").ok
             assert fn.calls > 5
-    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 3
+    assert len(list(tmp_path.glob("*/*.xla"))) == 3
     monkeypatch.setattr(programs, "fingerprint", lambda: "another version of jaxpool")
     with programs.program_store(tmp_path):
         fn = _Counting(_pool)
         _compare(fn, x, "k")
         assert fn.calls > 5
     # the programs of the old fingerprint are gone, the new one's kept
-    assert len(list(tmp_path.glob("*/*.stablehlo"))) == 1
+    assert len(list(tmp_path.glob("*/*.xla"))) == 1
 
 
 def test_the_fingerprint_follows_the_source(tmp_path, monkeypatch):
@@ -116,7 +117,7 @@ def test_a_damaged_entry_is_a_miss(tmp_path, rng):
     x = rng.standard_normal((1, 2, 5, 5))
     with programs.program_store(tmp_path):
         _compare(_pool, x, "k")
-        (entry,) = tmp_path.glob("*/*.stablehlo")
+        (entry,) = tmp_path.glob("*/*.xla")
         entry.write_bytes(b"not a program")
         fn = _Counting(_pool)
         assert _compare(fn, x, "k").ok
@@ -141,5 +142,50 @@ def test_the_suite_names_each_case_completely_and_runs_from_the_store(tmp_path):
         second = suite.run_case(case)
     assert first.ok and second.ok
     assert [r.abs_err for r in first.report.rows] == [r.abs_err for r in second.report.rows]
-    assert len(list((tmp_path / "programs").glob("*/*.stablehlo"))) == 1
+    assert len(list((tmp_path / "programs").glob("*/*.xla"))) == 1
     assert len(list((tmp_path / "programs").glob("*/*.json"))) == 1
+
+
+def test_torch_results_are_stored_and_follow_the_arrays_values(tmp_path, rng):
+    """torch's side of a named comparison comes from the store the second time; the same
+    name with other values (same shapes) computes it afresh."""
+    # Small values: every output's scale is 1, so only the arrays' values tell x from y.
+    x = 0.1 * rng.standard_normal((1, 2, 5, 5))
+    y = np.ascontiguousarray(x[..., ::-1])
+    torch_fn = _Counting(_torch_pool)
+
+    def run(array):
+        return parity.compare(_pool, torch_fn, array, orders=2, program_key="k")
+
+    plain = parity.compare(_pool, _torch_pool, x, orders=2)
+    with programs.program_store(tmp_path):
+        first = run(x)
+        computed = torch_fn.calls
+        torch_fn.calls = 0
+        second = run(x)
+        forward_only = torch_fn.calls
+        torch_fn.calls = 0
+        other = run(y)
+    assert len(list(tmp_path.glob("*/*.pickle"))) == 2
+    assert plain.ok and first.ok and second.ok and other.ok
+    assert _results(plain) == _results(first) == _results(second)
+    assert forward_only == 1 < computed  # the forward (for shapes and scales), no derivative
+    assert torch_fn.calls == computed
+    assert _results(other) == _results(parity.compare(_pool, _torch_pool, y, orders=2))
+
+
+def test_a_failure_on_torchs_side_is_stored_as_reported(tmp_path, rng):
+    x = rng.standard_normal((1, 2, 5, 5))
+
+    class NoDerivatives(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return _torch_pool(x)
+
+    with programs.program_store(tmp_path):
+        reports = [parity.compare(_pool, NoDerivatives.apply, x, orders=1, program_key="k")
+                   for _ in range(2)]
+    rows = [[(r.name, r.ok, r.note) for r in report.rows] for report in reports]
+    assert rows[0] == rows[1]
+    assert [ok for _, ok, _ in rows[1]] == [True, False, False]
+    assert all("torch raised" in note for _, _, note in rows[1][1:])

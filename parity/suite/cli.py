@@ -1,9 +1,8 @@
 """``python -m parity``: check every jaxpool op against torch, values and derivatives to order 3.
 
 Exit status 0 only if every check passed (1 if any failed, 2 for bad arguments). The cases
-run in one worker process per CPU, and the traced and compiled programs are kept in a
-per-user cache directory between runs (``--no-cache`` to trace and compile everything
-afresh).
+run in one worker process per CPU, and the compiled programs and torch's results are kept
+in a per-user cache directory between runs (``--no-cache`` to compute everything afresh).
 """
 
 from __future__ import annotations
@@ -59,10 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", type=pathlib.Path, default=runner.default_cache_dir(),
                        metavar="DIR",
-                       help="keep the traced and compiled programs in DIR between runs "
+                       help="keep the compiled programs and torch's results in DIR between runs "
                             "(default: %(default)s)")
     cache.add_argument("--no-cache", action="store_true",
-                       help="trace and compile every program afresh, and keep none")
+                       help="trace and compile every program and compute torch's side afresh, "
+                            "and keep none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     return p

@@ -3,9 +3,9 @@ kept on disk between runs.
 
 Nearly all of a case's time is JAX tracing and compiling its one fused program (the value
 and every derivative check); the compiled programs are tiny and run in microseconds. So a
-second run loads each traced program from ``parity.programs``' store and its compiled code
-from JAX's persistent compilation cache, both in the cache directory, and the cases,
-independent of one another, spread over the CPUs.
+second run loads each compiled program and torch's results from ``parity.programs``' store
+in the cache directory (JAX's persistent compilation cache beside it serves programs that
+must be traced again), and the cases, independent of one another, spread over the CPUs.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ _CACHE_OPTIONS = {
 
 @contextlib.contextmanager
 def compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
-    """Compile through JAX's persistent cache in ``path``, and keep the traced programs in
-    ``path / "programs"`` (nothing changes for None); the previous settings come back on
-    exit."""
+    """Compile through JAX's persistent cache in ``path``, and keep the compiled programs
+    and torch's results in ``path / "programs"`` (nothing changes for None); the previous
+    settings come back on exit."""
     if path is None:
         yield
         return
