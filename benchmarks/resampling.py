@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from benchmarks.report import markers, splice
-from benchmarks.runner import TOLERANCE, jax_mode, measure, torch_mode
+from benchmarks.runner import check, jax_mode, measure_against_torch, torch_mode
 
 JIT_MODES = ("fwd", "grad", "gradgrad")
 EAGER_MODES = ("eager-fwd", "eager-grad")
@@ -140,15 +140,6 @@ def _sides(cell: Cell) -> dict:
     return sides
 
 
-def _check(y, ref: np.ndarray) -> str | None:
-    y = np.asarray(y).astype(np.float64)
-    if y.shape != ref.shape:
-        return f"shape {y.shape}, torch {ref.shape}"
-    err = float(np.max(np.abs(y - ref), initial=0.0))
-    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
-    return None if err <= TOLERANCE["float32"] * scale else f"max error {err:.2g}"
-
-
 def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
     import jax
     import jax.numpy as jnp
@@ -172,20 +163,13 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 fn = f if mode.startswith("eager") else jax.jit(f)
                 y = fn(x)
                 jax.block_until_ready(y)
-            wrong = _check(y, ref)
+            wrong = check(y, ref, "float32")
             if wrong:
                 notes[name] = f"wrong ({wrong})"
                 continue
             fns[name] = (lambda fn=fn: jax.block_until_ready(fn(x)))
-        fns["torch"] = torch_mode(_torch_op(cell), t, base)
-        fns["torch-1t"] = torch_mode(_torch_op(cell), t, base, threads=1)
-        threads = torch.get_num_threads()
-        timed = measure(fns, reps, min_sample_s)
-        torch.set_num_threads(threads)
-        rows.append({"cell": cell.name, "mode": mode,
-                     "ms": {k: v["median_ms"] for k, v in timed.items()},
-                     "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()},
-                     "notes": notes})
+        timed = measure_against_torch(fns, _torch_op(cell), t, base, reps, min_sample_s)
+        rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
 

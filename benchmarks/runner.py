@@ -172,6 +172,24 @@ def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float
     return {name: summarize(s, inner[name], faults[name]) for name, s in samples.items()}
 
 
+def measure_against_torch(fns: dict[str, Callable[[], object]], torch_op, t, mode: str,
+                          reps: int, min_sample_s: float) -> dict[str, dict]:
+    """``measure`` of ``fns`` beside torch's ``torch_op`` on ``t`` in ``mode``, on all its
+    threads (``torch``) and on one (``torch-1t``): {"ms": medians, "spread": half the
+    interquartile ranges}, milliseconds per call, one entry per side."""
+    import torch
+
+    fns = dict(fns, torch=torch_mode(torch_op, t, mode),
+               **{"torch-1t": torch_mode(torch_op, t, mode, threads=1)})
+    threads = torch.get_num_threads()
+    try:
+        timed = measure(fns, reps, min_sample_s)
+    finally:
+        torch.set_num_threads(threads)
+    return {"ms": {k: v["median_ms"] for k, v in timed.items()},
+            "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()}}
+
+
 def _minor_faults() -> int:
     """Minor page faults of this process so far: each is a fresh page the OS maps in,
     which is what a newly allocated output buffer costs on its first write."""

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from benchmarks.report import markers, splice
-from benchmarks.runner import TOLERANCE, jax_mode, measure, torch_mode
+from benchmarks.runner import check, jax_mode, measure_against_torch, torch_mode
 
 JIT_MODES = ("fwd", "grad", "gradgrad")
 EAGER_MODES = ("eager-fwd", "eager-grad")
@@ -88,15 +88,6 @@ def _ops(cell: Cell, indices):
              "jnp.pad": (lambda x, _: jnp.pad(x, widths, mode=JNP_MODES[cell.mode]), None)})
 
 
-def _check(y, ref: np.ndarray) -> str | None:
-    y = np.asarray(y).astype(np.float64)
-    if y.shape != ref.shape:
-        return f"shape {y.shape}, torch {ref.shape}"
-    err = float(np.max(np.abs(y - ref), initial=0.0))
-    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
-    return None if err <= TOLERANCE["float32"] * scale else f"max error {err:.2g}"
-
-
 def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
     import jax
     import jax.numpy as jnp
@@ -121,20 +112,13 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 fn = jax.jit(lambda a, i, op=op: jax_mode(lambda b: op(b, i), base)(a))
             y = fn(x, extra)
             jax.block_until_ready(y)
-            wrong = _check(y, ref)
+            wrong = check(y, ref, "float32")
             if wrong:
                 notes[name] = f"wrong ({wrong})"
                 continue
             fns[name] = (lambda fn=fn, extra=extra: jax.block_until_ready(fn(x, extra)))
-        fns["torch"] = torch_mode(torch_op, t, base)
-        fns["torch-1t"] = torch_mode(torch_op, t, base, threads=1)
-        threads = torch.get_num_threads()
-        timed = measure(fns, reps, min_sample_s)
-        torch.set_num_threads(threads)
-        rows.append({"cell": cell.name, "mode": mode,
-                     "ms": {k: v["median_ms"] for k, v in timed.items()},
-                     "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()},
-                     "notes": notes})
+        timed = measure_against_torch(fns, torch_op, t, base, reps, min_sample_s)
+        rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
 
