@@ -12,8 +12,8 @@ Python and costs more than running the stored JAX program.
 
 A name is only half the key. The other half is a fingerprint of everything a program or a
 result could depend on: the source of ``jaxpool`` and ``parity``, the versions of jax,
-jaxlib, numpy and torch, and the host (XLA's platform version, the machine, the CPU's
-features, torch's vector instructions). Any change to them starts a fresh store, so a
+jaxlib, numpy and torch, and the host (XLA's platform and device kind, the machine, the
+CPU's features, torch's vector instructions). Any change to them starts a fresh store, so a
 stored program never stands in for code that has changed, nor runs on a CPU it was not
 built for.
 """
@@ -44,8 +44,8 @@ _DISTRIBUTIONS = ("jax", "jaxlib", "numpy", "torch")
 
 
 def _host() -> str:
-    """What a compiled CPU program and torch's results are tied to: XLA's platform, the
-    machine, its CPU features, and the vector instructions torch's kernels use."""
+    """What a compiled program and torch's results are tied to: XLA's platform and device
+    kind, the machine, its CPU features, and the vector instructions torch's kernels use."""
     import torch
 
     device = jax.devices()[0]
@@ -56,8 +56,8 @@ def _host() -> str:
                             features)
     except OSError:
         pass
-    return (f"{device.platform} {device.client.platform_version} {platform.machine()} "
-            f"{torch.backends.cpu.get_cpu_capability()} {features}")
+    return (f"{device.platform} {device.device_kind} {device.client.platform_version} "
+            f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {features}")
 
 
 @functools.lru_cache(maxsize=None)
