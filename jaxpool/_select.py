@@ -25,7 +25,7 @@ from jax import lax
 from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
 from jaxpool.windows import (AxisPlan, WindowFamily, choose_max_strategy, choose_max_tangent,
-                             is_identity, window_families)
+                             codes_at_once, is_identity, window_families)
 
 
 def index_dtype():
@@ -47,7 +47,7 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
     steps = [(axis, axis_plan, window_families(axis_plan)[0])
              for axis, axis_plan, rule in reversed(list(zip(plan.spatial_axes, plan.axes, rules)))
              if rule == "picks"]
-    values = _max_with_pick_tangents(x, steps)
+    values = _max_with_pick_tangents(x, steps, codes_at_once(plan.axes))
     if not with_indices:
         return values, None
     walk = tuple("identity" if r == "identity" else "values" for r in rules)
@@ -105,10 +105,11 @@ def _max_of_families(x, index, axis: int, plan: AxisPlan, families, plane_stride
     return values, jnp.broadcast_to(_interleave([i for _, i in results], axis), values.shape)
 
 
-def _max_with_pick_tangents(x, steps):
+def _max_with_pick_tangents(x, steps, at_once: bool):
     """Values from the walk, axis by axis (``steps``: (axis, plan, family), innermost
     first); derivatives from each window's winner over all those axes, coded as a small
-    integer and held constant. The tangent is written as the transpose of "each input
+    integer and held constant (found over all the axes at once with ``at_once``, else one
+    axis at a time). The tangent is written as the transpose of "each input
     element sums the cotangents of the windows that picked it" (:func:`_spread_picks`), so
     that reverse mode, which transposes it back, writes the gradient in one pass over the
     input from shifted slices of the pooled cotangent: one compare and select per window
@@ -123,7 +124,8 @@ def _max_with_pick_tangents(x, steps):
     @pool.defjvp
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        values, code = _pick_codes(lax.stop_gradient(x), steps)
+        pick_codes = _pick_codes_at_once if at_once else _pick_codes_by_axis
+        values, code = pick_codes(lax.stop_gradient(x), steps)
         spread = jax.linear_transpose(lambda c: _spread_picks(c, code, steps),
                                       jax.ShapeDtypeStruct(values.shape, t.dtype))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
@@ -132,9 +134,54 @@ def _max_with_pick_tangents(x, steps):
     return pool(x)
 
 
-def _pick_codes(x, steps):
+def _pick_codes_at_once(x, steps):
     """Each window's maximum and its winner's code, ``sum(tap_a * weight_a)`` over the
-    axes (the innermost weighing 1), in the smallest integer type that holds it."""
+    axes (the innermost weighing 1), in the smallest integer type that holds it: every
+    combination of taps in torch's order (outer axes first), one strided slice of a padded
+    copy of ``x`` each, compared and selected in one pass. Walking the axes one at a time
+    instead wrote each axis's maxima and codes out (4x16x56x56x64 3/2/1: 121 ms against
+    44 ms for the codes)."""
+    taps = math.prod(family.taps for _, _, family in steps)
+    dtype = next(d for d in (jnp.int8, jnp.int16, jnp.int32) if taps <= np.iinfo(d).max)
+    weights, weight = {}, 1
+    for axis, _, family in steps:
+        weights[axis] = weight
+        weight *= family.taps
+    widths = [(0, 0, 0)] * x.ndim
+    geometry = []  # (axis, family, coordinates in the padded copy [taps, count], real, first)
+    for axis, plan, family in sorted(steps, key=lambda step: step[0]):
+        coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
+        real = (coords >= 0) & (coords < plan.in_size)
+        lo, hi = max(0, -int(coords.min())), max(0, int(coords.max()) + 1 - plan.in_size)
+        widths[axis] = (lo, hi, 0)
+        geometry.append((axis, family, coords + lo, real, real.argmax(axis=0)))
+    padded = lax.pad(x, jnp.asarray(-jnp.inf, x.dtype), widths)
+    best = code = None
+    for combo in itertools.product(*(range(g[1].taps) for g in geometry)):
+        if not all(real[j].any() for (_, _, _, real, _), j in zip(geometry, combo)):
+            continue  # a tap in the padding of every window
+        tap, first = padded, None
+        for (axis, family, coords, _, first_real), j in zip(geometry, combo):
+            tap = _strided(tap, axis, int(coords[j, 0]), family.count, family.step)
+            if not (first_real == j).all():
+                mask = _along(first_real == j, axis, x.ndim)
+                first = mask if first is None else first & mask
+        candidate = jnp.asarray(sum(j * weights[g[0]] for g, j in zip(geometry, combo)), dtype)
+        if best is None:
+            best, code = tap, jnp.broadcast_to(candidate, tap.shape)
+            continue
+        # A window keeps its first real tap whatever it is (as torch starts its walk
+        # there); the padding (-inf) never replaces anything.
+        keep = _replaces(tap, best)
+        if first is not None:
+            keep = keep | first
+        best = lax.select(keep, tap, best)
+        code = lax.select(keep, jnp.broadcast_to(candidate, code.shape), code)
+    return best, code
+
+
+def _pick_codes_by_axis(x, steps):
+    """``_pick_codes_at_once``'s results from the walk, one axis at a time."""
     taps = math.prod(family.taps for _, _, family in steps)
     dtype = next(d for d in (jnp.int8, jnp.int16, jnp.int32) if taps <= np.iinfo(d).max)
     code, weight = None, 1

@@ -209,6 +209,8 @@ PICKS_CASES = {
     "dilated ceil": (2, dict(kernel_size=(3, 2), stride=2, padding=1, dilation=(2, 3),
                              ceil_mode=True), (2, 3, 12, 11), (False, True)),
     "3d 3/2/1": (3, dict(kernel_size=3, stride=2, padding=1), (1, 2, 5, 6, 7), (False, True)),
+    "3d dilated ceil": (3, dict(kernel_size=3, stride=2, padding=1, dilation=(1, 2, 1),
+                                ceil_mode=True), (1, 2, 6, 9, 7), (False, True)),
     "1d long ceil": (1, dict(kernel_size=20, stride=3, padding=10, ceil_mode=True),
                      (2, 3, 45), (False, True)),
 }
@@ -257,6 +259,20 @@ def _picks_case(name, channels_last):
     rules = choose_max_tangent(plan.axes, not channels_last and not is_identity(plan.axes[-1]))
     assert ("picks" in rules) == (channels_last in layouts), rules
     return ndim, args, shape, lambda a: MAX[ndim](a, **args, channels_last=channels_last)
+
+
+def test_the_picks_cases_find_winners_both_ways():
+    """windows.codes_at_once: over all the axes at once, and one axis at a time."""
+    from jaxpool.plan import plan_max_pool
+    from jaxpool.windows import codes_at_once
+
+    ways = {}
+    for name, (ndim, args, shape, _) in PICKS_CASES.items():
+        plan = plan_max_pool("", shape, None, ndim, args["kernel_size"], args.get("stride"),
+                             args.get("padding", 0), args.get("dilation", 1),
+                             args.get("ceil_mode", False))
+        ways[name] = codes_at_once(plan.axes)
+    assert set(ways.values()) == {True, False}, ways
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -274,15 +274,19 @@ def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
 
 
 # One case per way max pooling differentiates (windows.choose_max_tangent): each window's
-# winner over every axis (padded, ceil-mode overhang, and stride 1 channels-last), the
-# walk's own derivative (stride 1 channels-first, doubling spans), the winning taps of
-# ragged adaptive families (axis by axis, or row by row on outer axes), whole-axis windows.
+# winner over every axis (padded, ceil-mode overhang, stride 1 channels-last, and found
+# over three axes at once), the walk's own derivative (stride 1 channels-first, doubling
+# spans), the winning taps of ragged adaptive families (axis by axis, or row by row on
+# outer axes), whole-axis windows.
 NONFINITE_CASES = {
     "picks 3x3 s2 p1": (lambda a, cl: jaxpool.max_pool2d(a, 3, 2, 1, channels_last=cl),
                           lambda t: F.max_pool2d(t, 3, 2, 1), (2, 3, 9, 8)),
     "picks ceil 4/3/2": (lambda a, cl: jaxpool.max_pool2d(a, 4, 3, 2, ceil_mode=True,
                                                             channels_last=cl),
                            lambda t: F.max_pool2d(t, 4, 3, 2, ceil_mode=True), (2, 3, 10, 9)),
+    "picks 3d 3/2/1, winners over the three axes at once": (
+        lambda a, cl: jaxpool.max_pool3d(a, 3, 2, 1, channels_last=cl),
+        lambda t: F.max_pool3d(t, 3, 2, 1), (1, 2, 5, 6, 7)),
     "winners or rows ragged 7 -> 3, 10 -> 4": (
         lambda a, cl: jaxpool.adaptive_max_pool2d(a, (3, 4), channels_last=cl),
         lambda t: F.adaptive_max_pool2d(t, (3, 4)), (2, 3, 7, 10)),
