@@ -115,6 +115,8 @@ def _max_with_pick_tangents(x, steps, at_once: bool):
     input from shifted slices of the pooled cotangent: one compare and select per window
     and tap, where the walk's own transpose writes a padded copy per tap and axis."""
 
+    pick_codes = _pick_codes_at_once if at_once else _pick_codes_by_axis
+
     @jax.custom_jvp
     def pool(x):
         for axis, plan, family in steps:
@@ -124,7 +126,6 @@ def _max_with_pick_tangents(x, steps, at_once: bool):
     @pool.defjvp
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        pick_codes = _pick_codes_at_once if at_once else _pick_codes_by_axis
         values, code = pick_codes(lax.stop_gradient(x), steps)
         spread = jax.linear_transpose(lambda c: _spread_picks(c, code, steps),
                                       jax.ShapeDtypeStruct(values.shape, t.dtype))
@@ -134,6 +135,23 @@ def _max_with_pick_tangents(x, steps, at_once: bool):
     return pool(x)
 
 
+def _code_weights(steps):
+    """{axis: weight} of a winner's code ``sum(tap_a * weight_a)`` (the innermost axis,
+    first in ``steps``, weighing 1) and the smallest integer type that holds it."""
+    weights, weight = {}, 1
+    for axis, _, family in steps:
+        weights[axis] = weight
+        weight *= family.taps
+    return weights, next(d for d in (jnp.int8, jnp.int16, jnp.int32) if weight <= np.iinfo(d).max)
+
+
+def _tap_coordinates(plan: AxisPlan, family: WindowFamily):
+    """The input coordinate of each tap of each window, ``[taps, count]``, and whether it
+    lies in the input (not the padding)."""
+    coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
+    return coords, (coords >= 0) & (coords < plan.in_size)
+
+
 def _pick_codes_at_once(x, steps):
     """Each window's maximum and its winner's code, ``sum(tap_a * weight_a)`` over the
     axes (the innermost weighing 1), in the smallest integer type that holds it: every
@@ -141,17 +159,11 @@ def _pick_codes_at_once(x, steps):
     copy of ``x`` each, compared and selected in one pass. Walking the axes one at a time
     instead wrote each axis's maxima and codes out (4x16x56x56x64 3/2/1: 121 ms against
     44 ms for the codes)."""
-    taps = math.prod(family.taps for _, _, family in steps)
-    dtype = next(d for d in (jnp.int8, jnp.int16, jnp.int32) if taps <= np.iinfo(d).max)
-    weights, weight = {}, 1
-    for axis, _, family in steps:
-        weights[axis] = weight
-        weight *= family.taps
+    weights, dtype = _code_weights(steps)
     widths = [(0, 0, 0)] * x.ndim
     geometry = []  # (axis, family, coordinates in the padded copy [taps, count], real, first)
     for axis, plan, family in sorted(steps, key=lambda step: step[0]):
-        coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
-        real = (coords >= 0) & (coords < plan.in_size)
+        coords, real = _tap_coordinates(plan, family)
         lo, hi = max(0, -int(coords.min())), max(0, int(coords.max()) + 1 - plan.in_size)
         widths[axis] = (lo, hi, 0)
         geometry.append((axis, family, coords + lo, real, real.argmax(axis=0)))
@@ -182,17 +194,15 @@ def _pick_codes_at_once(x, steps):
 
 def _pick_codes_by_axis(x, steps):
     """``_pick_codes_at_once``'s results from the walk, one axis at a time."""
-    taps = math.prod(family.taps for _, _, family in steps)
-    dtype = next(d for d in (jnp.int8, jnp.int16, jnp.int32) if taps <= np.iinfo(d).max)
-    code, weight = None, 1
+    weights, dtype = _code_weights(steps)
+    code = None
     for axis, plan, family in steps:
-        x, code = _walk(x, code, axis, plan, family, weight, True, taps=dtype)
+        x, code = _walk(x, code, axis, plan, family, weights[axis], True, taps=dtype)
         # Values and codes behind one barrier per axis: XLA:CPU then walks less of the
         # axis again inside the gradient's fusions (measured with a broadcast form of
         # the spread: 16x112x112x64 3x3 s2 p1 gradient 0.39x -> 0.17x the walk's own
         # derivative, 16x64x112x112 1.00x -> 0.85x).
         x, code = lax.optimization_barrier((x, jnp.broadcast_to(code, x.shape)))
-        weight *= family.taps
     return x, code
 
 
@@ -205,13 +215,10 @@ def _spread_picks(c, code, steps):
     shifted ``m`` windows, and the phases are interleaved: ``prod(taps)`` compares and
     selects of the pooled size, where a broadcast of every term to the input's size made
     the second derivative's transposed form reduce over each phase axis."""
-    weights, weight = {}, 1
-    for axis, _, family in steps:
-        weights[axis] = weight
-        weight *= family.taps
+    weights, _ = _code_weights(steps)
     geometry = []
     for axis, plan, family in sorted(steps, key=lambda step: step[0]):
-        span = (family.taps - 1) * family.dilation + 1
+        span = family.span
         shifts = -(-span // family.step)
         # the (m, tap) that land on phase r
         reach = [[(m, (r + m * family.step) // family.dilation) for m in range(shifts)
@@ -310,7 +317,7 @@ def _sum_picks(c, taps, axis: int, plan: AxisPlan, families):
     for family in families:
         c_f = _strided(c, axis, family.first, family.count, family.period)
         taps_f = _strided(taps, axis, family.first, family.count, family.period)
-        span = (family.taps - 1) * family.dilation + 1
+        span = family.span
         offset = family.start - plan.pad_lo      # input coordinate of offset u = 0
         if family.step == 0:
             # every window of the family is the one element at ``offset``
@@ -444,8 +451,7 @@ def _walk(x, index, axis: int, plan: AxisPlan, family: WindowFamily, plane_strid
     picks), or with ``taps`` (an integer dtype) as its tap number times ``plane_stride``
     plus the inner axes' code held in ``index``."""
     ndim = x.ndim
-    coords = np.array([family.coordinates(j, plan.pad_lo) for j in range(family.taps)])
-    real = (coords >= 0) & (coords < plan.in_size)          # [taps, count]
+    coords, real = _tap_coordinates(plan, family)
     first_real = real.argmax(axis=0)                        # every window holds one
     best = winner = None
     for j in range(family.taps):
@@ -514,8 +520,7 @@ class _DoublingTables:
                  with_indices: bool):
         self.axis, self.dilation = axis, plan.dilation
         # Right of the input, ceil-mode windows may overhang: -inf there is never picked.
-        extent = max(f.start + (f.count - 1) * f.step + (f.taps - 1) * f.dilation + 1
-                     for f in families)
+        extent = max(f.start + (f.count - 1) * f.step + f.span for f in families)
         self.values = [fit_axis(x, axis, plan.pad_lo, extent, -jnp.inf)]
         padded_index = None
         if with_indices:

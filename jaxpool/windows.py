@@ -266,6 +266,11 @@ class WindowFamily:
     taps: int
     dilation: int
 
+    @property
+    def span(self) -> int:
+        """Elements from a window's first tap to its last, both included."""
+        return (self.taps - 1) * self.dilation + 1
+
     def coordinates(self, tap: int, pad_lo: int) -> tuple[int, ...]:
         """Input index (unpadded) of element ``tap`` of each window of the family."""
         return tuple(self.start + q * self.step + tap * self.dilation - pad_lo
@@ -367,8 +372,7 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
     picks = (bool(pooled) and all(_one_walked_family(p) for p in pooled)
              and math.prod(window_families(p)[0].taps for p in pooled) <= MAX_PICK_TAPS)
     if picks and innermost_pooled:
-        family = window_families(axes[-1])[0]
-        picks = 2 <= family.step < (family.taps - 1) * family.dilation + 1
+        picks = window_families(axes[-1])[0].step >= 2 and _overlapping(axes[-1])
     rules = []
     for i, plan in enumerate(axes):
         if is_identity(plan):
@@ -408,7 +412,7 @@ def codes_at_once(axes: tuple[AxisPlan, ...]) -> bool:
 
 def _overlapping(plan: AxisPlan) -> bool:
     family = window_families(plan)[0]
-    return (family.taps - 1) * family.dilation + 1 > family.step
+    return family.span > family.step
 
 
 def _one_walked_family(plan: AxisPlan) -> bool:

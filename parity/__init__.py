@@ -16,8 +16,9 @@ Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``
 bit); for whole models ``weights`` (torch weights into Flax and back), ``layers`` (layer by
 layer comparison), ``record_torch`` and ``record_flax`` (each framework's module calls and
 the order a model calls its modules), ``pairing`` (which layer is which, for both) and
-``model_report``; ``programs`` keeps traced JAX programs on disk between runs.
-``python -m parity`` runs jaxpool's own suite (``parity.suite``): every op against torch.
+``model_report``; ``programs`` keeps compiled JAX programs and torch's results on disk
+between runs. ``python -m parity`` runs jaxpool's own suite (``parity.suite``): every op
+against torch.
 """
 
 from .compare import Call, assert_parity, compare, compare_errors

@@ -32,12 +32,14 @@ import pathlib
 import pickle
 import platform
 import shutil
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import jax
 import numpy as np
 
 __all__ = ["ProgramStore", "active_store", "fingerprint", "program_store", "serialization_available"]
+
+T = TypeVar("T")
 
 _PACKAGES = ("jaxpool", "parity")
 _DISTRIBUTIONS = ("jax", "jaxlib", "numpy", "torch")
@@ -81,9 +83,9 @@ def fingerprint() -> str:
 
 
 class ProgramStore:
-    """Compiled JAX programs and torch's results, one file per name, in a folder of ``directory`` named by the
-    fingerprint; opening the store removes the folders of other fingerprints, whose
-    programs can no longer be used."""
+    """Compiled JAX programs and torch's results, one file per name, in a folder of
+    ``directory`` named by the fingerprint; opening the store removes the folders of other
+    fingerprints, whose entries can no longer be used."""
 
     def __init__(self, directory: pathlib.Path):
         self.root = pathlib.Path(directory)
@@ -93,70 +95,49 @@ class ProgramStore:
                 if stale != self.directory and stale.is_dir():
                     shutil.rmtree(stale, ignore_errors=True)
 
-    def _path(self, name: str) -> pathlib.Path:
-        return self.directory / f"{hashlib.sha256(name.encode()).hexdigest()}.xla"
-
-    def _load(self, name: str) -> Callable | None:
-        """The program stored under ``name``, or None (never stored, or unreadable)."""
-        from jax.experimental import serialize_executable
-
+    def _entry(self, name: str, suffix: str, compute: Callable[[], T],
+               encode: Callable[[T], bytes], decode: Callable[[bytes], T]) -> T:
+        """``decode`` of the entry stored under ``name``, or ``compute()``, stored now. An
+        entry is written to a temporary file and renamed, so that a reader in another
+        process never sees half of one."""
+        path = self.directory / f"{hashlib.sha256(name.encode()).hexdigest()}{suffix}"
         try:
-            executable, in_tree, out_tree = pickle.loads(self._path(name).read_bytes())
-            return serialize_executable.deserialize_and_load(executable, in_tree, out_tree)
+            return decode(path.read_bytes())
         except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
-            return None
-
-    def _save(self, name: str, compiled: jax.stages.Compiled) -> None:
-        """Store ``compiled`` under ``name``; written to a temporary file and renamed, so
-        that a reader in another process never sees half a program."""
-        from jax.experimental import serialize_executable
-
-        # The executable with its argument and result trees (which pickle).
-        self._write(self._path(name), pickle.dumps(serialize_executable.serialize(compiled)))
-
-    def _write(self, path: pathlib.Path, data: bytes | bytearray) -> None:
+            pass
+        value = compute()
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        tmp.write_bytes(encode(value))
         tmp.replace(path)
+        return value
 
     def eval_shape(self, fn: Callable, name: str, *args) -> list[jax.ShapeDtypeStruct]:
         """``jax.eval_shape(fn, *args)`` for a ``fn`` that returns a list of arrays, from the
         store when ``name`` is in it (else traced now and stored); ``name`` gets the
         arguments' shapes and dtypes added."""
-        name = f"{name}|eval_shape|{_avals(args)}"
-        path = self._path(name).with_suffix(".json")
-        try:
-            return [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
-                    for shape, dtype in json.loads(path.read_text())]
-        except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
-            pass
-        out = jax.eval_shape(fn, *args)
-        self._write(path, json.dumps([[list(o.shape), np.dtype(o.dtype).name] for o in out]).encode())
-        return out
+        return self._entry(
+            f"{name}|eval_shape|{_avals(args)}", ".json", lambda: jax.eval_shape(fn, *args),
+            lambda out: json.dumps([[list(o.shape), np.dtype(o.dtype).name] for o in out]).encode(),
+            lambda data: [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+                          for shape, dtype in json.loads(data)])
 
     def jit(self, fn: Callable, name: str, *args) -> Callable:
         """``jax.jit(fn)`` compiled for ``args``, from the store when ``name`` is in it
         (else compiled now and stored); ``name`` gets the arguments' shapes and dtypes
         added. The result takes arguments of exactly those shapes and dtypes."""
-        name = f"{name}|jit|{_avals(args)}"
-        compiled = self._load(name)
-        if compiled is None:
-            compiled = jax.jit(fn).lower(*args).compile()
-            self._save(name, compiled)
-        return compiled
+        from jax.experimental import serialize_executable
 
-    def results(self, name: str, compute: Callable[[], object]) -> object:
+        # The executable with its argument and result trees (which pickle).
+        return self._entry(
+            f"{name}|jit|{_avals(args)}", ".xla", lambda: jax.jit(fn).lower(*args).compile(),
+            lambda compiled: pickle.dumps(serialize_executable.serialize(compiled)),
+            lambda data: serialize_executable.deserialize_and_load(*pickle.loads(data)))
+
+    def results(self, name: str, compute: Callable[[], T]) -> T:
         """``compute()``, from the store when ``name`` is in it (else computed now and
         stored); the result must pickle."""
-        path = self._path(f"{name}|results").with_suffix(".pickle")
-        try:
-            return pickle.loads(path.read_bytes())
-        except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
-            pass
-        result = compute()
-        self._write(path, pickle.dumps(result))
-        return result
+        return self._entry(f"{name}|results", ".pickle", compute, pickle.dumps, pickle.loads)
 
 
 def serialization_available() -> bool:
