@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import jaxpool
 from jaxpool import shapes
 from torch_reference import to_channels_last
-from test_values import ADAPTIVE_CASES, AVG_CASES
+from test_values import ADAPTIVE_CASES, AVG_CASES, AVG_GRID_2D
 
 # (input shape, arguments) of the max and lp ops: plain, strided and padded, dilated,
 # ceil_mode (with a last window that would start in the padding), unbatched, empty batch.
@@ -72,7 +72,8 @@ def test_adaptive_shapes_match_eval_shape(ndim, shape, output_size, channels_las
 
 
 @pytest.mark.parametrize("ndim,shape,args",
-                         [(d, s, a) for d, cases in AVG_CASES.items() for s, a in cases[:40]])
+                         [(d, s, a) for d, cases in AVG_CASES.items() for s, a in cases]
+                         + [(2, s, a) for s, a in AVG_GRID_2D[:40]])
 def test_avg_pool_shapes_match_eval_shape(ndim, shape, args):
     rule = getattr(shapes, f"avg_pool{ndim}d")
     fn = getattr(jaxpool, f"avg_pool{ndim}d")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import jaxpool
+from default_share import default_share
 from torch_reference import (ADAPTIVE, AVG, TORCH_ADAPTIVE, to_channels_first,
                              to_channels_last, torch_avg_pool, torch_global)
 
@@ -55,10 +56,17 @@ def _avg_grid_2d():
                    count_include_pad=count_pad, divisor_override=divisor)
 
 
-AVG_CASES[2] = [((2, 3, 9, 10), args) for args in _avg_grid_2d()] + [
-    ((3, 8, 8), dict(kernel_size=2)), ((0, 3, 8, 8), dict(kernel_size=3, padding=1)),
-    ((2, 3, 4, 4), dict(kernel_size=4)), ((2, 3, 16, 16), dict(kernel_size=3, stride=2,
-                                                                padding=1, ceil_mode=True))]
+AVG_GRID_2D = [((2, 3, 9, 10), args) for args in _avg_grid_2d()]
+AVG_CASES[2] = [((3, 8, 8), dict(kernel_size=2)), ((0, 3, 8, 8), dict(kernel_size=3, padding=1)),
+                ((2, 3, 4, 4), dict(kernel_size=4)),
+                ((2, 3, 16, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True))]
+# Both layouts of each case; the default run takes a fifth of the crossed grid (every value of
+# every option, in both layouts) and all of the others.
+_AVG_OTHERS = [(d, s, a, cl) for d, cases in AVG_CASES.items() for s, a in cases
+               for cl in (False, True)]
+_AVG_GRID = [(2, s, a, cl) for s, a in AVG_GRID_2D for cl in (False, True)]
+AVG_PARAMS = _AVG_OTHERS + default_share(_AVG_GRID, 5)
+AVG_IDS = [f"{s}-{a}-{'last' if cl else 'first'}" for _, s, a, cl in _AVG_OTHERS + _AVG_GRID]
 
 
 def _torch_stride(args):
@@ -87,10 +95,6 @@ def _compare(jax_fn, torch_fn, x, rng, channels_last=False, ndim=2, rtol=1e-12, 
     np.testing.assert_allclose(np.asarray(got_grad), expected_grad, rtol=rtol, atol=atol)
 
 
-def _ids(cases):
-    return [f"{shape}-{args}" for shape, args in cases]
-
-
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("ndim,shape,output_size",
                          [(d, s, o) for d, cases in ADAPTIVE_CASES.items() for s, o in cases])
@@ -102,10 +106,7 @@ def test_adaptive_matches_torch(ndim, shape, output_size, channels_last, rng):
              lambda t: TORCH_ADAPTIVE[ndim](t, output_size), x, rng, channels_last, ndim)
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("ndim,shape,args",
-                         [(d, s, a) for d, cases in AVG_CASES.items() for s, a in cases],
-                         ids=_ids([c for cases in AVG_CASES.values() for c in cases]))
+@pytest.mark.parametrize("ndim,shape,args,channels_last", AVG_PARAMS, ids=AVG_IDS)
 def test_avg_pool_matches_torch(ndim, shape, args, channels_last, rng):
     x = rng.standard_normal(shape)
     if channels_last:
