@@ -38,11 +38,12 @@ SIZE_ARGUMENTS = ("kernel_size", "stride", "padding", "dilation", "output_size")
 needs_max = pytest.mark.skipif(not hasattr(jaxpool, "max_pool2d"),
                                reason="jaxpool has no max pooling yet (jaxpool.max_pool2d)")
 
-# max_pool1d/2d/3d have about a thousand samples each, and nearly every one is a program of
-# its own to compile: the default run takes every SPREAD-th (a prime, so that the selection
-# still holds every shape and every value of every argument the catalog varies); `-m slow`
-# takes them all. The adaptive max ops have a few dozen samples: always all of them.
-SPREAD = 23
+# max_pool1d/2d/3d have 576-1,440 samples each, and nearly every one is a program of its own
+# to compile: the default run takes every SPREAD-th (a prime; the selection still holds every
+# input shape and every value of every argument the catalog varies, which
+# test_the_spread_holds_every_shape_and_argument_value checks); `-m slow` takes them all.
+# The adaptive max ops have a few dozen samples: always all of them.
+SPREAD = 41
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -315,16 +316,31 @@ def test_avg_error_inputs(op):
     _check_all(error_inputs(op), exact=False)
 
 
+def _spread(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
+    """The samples the default run takes (another share per dtype)."""
+    calls = samples(op, dtype)
+    if op.startswith("adaptive"):
+        return calls
+    return calls[(0 if dtype == torch.float32 else SPREAD // 2)::SPREAD]
+
+
 @needs_max
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("op", MAX_OPS)
 def test_max_samples_spread(op, dtype):
-    """A fixed spread of the samples (another one per dtype); max selects, so values are
-    exact in every dtype."""
-    calls = samples(op, dtype)
-    if not op.startswith("adaptive"):
-        calls = calls[(0 if dtype == torch.float32 else SPREAD // 2)::SPREAD]
-    _check_all(calls, exact=True)
+    """A fixed spread of the samples; max selects, so values are exact in every dtype."""
+    _check_all(_spread(op, dtype), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", MAX_OPS)
+def test_the_spread_holds_every_shape_and_argument_value(op, dtype):
+    def features(call: Call) -> set:
+        return {("input shape", call.x.shape)} | {(k, repr(v)) for k, v in call.named().items()}
+
+    every = set().union(*map(features, samples(op, dtype)))
+    taken = set().union(*map(features, _spread(op, dtype)))
+    assert every <= taken, sorted(every - taken)
 
 
 @pytest.mark.slow
