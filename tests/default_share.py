@@ -9,11 +9,17 @@ every case.
 import pytest
 
 
-def default_share(cases: list, every: int) -> list:
-    """``cases`` for ``pytest.mark.parametrize``: the 0th, ``every``-th, 2 ``every``-th ...
-    run by default, the others are marked slow (ids given to ``parametrize`` still apply)."""
+def default_cases(cases: list, every: int) -> list:
+    """The cases the default run takes: the 0th, ``every``-th, 2 ``every``-th ..."""
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
-    return [case if i % every == 0 else
+    return cases[::every]
+
+
+def default_share(cases: list, every: int) -> list:
+    """``cases`` for ``pytest.mark.parametrize``: ``default_cases`` run by default, the
+    others are marked slow (ids given to ``parametrize`` still apply)."""
+    taken = {id(case) for case in default_cases(cases, every)}
+    return [case if id(case) in taken else
             pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
-            for i, case in enumerate(cases)]
+            for case in cases]

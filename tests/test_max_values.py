@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from default_share import default_share
+from default_share import default_cases, default_share
 from torch_reference import to_channels_first, to_channels_last
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -88,8 +88,18 @@ def _check(jax_fn, torch_fn, x, ndim, channels_last, rng):
 
 
 # The default run takes a third of the crossed grid (every value of every option, in each
-# dimension) and the long windows.
-@pytest.mark.parametrize("ndim,args", default_share(MAX_GRID, 3) + MAX_LONG,
+# dimension: test_the_default_max_share_holds_every_option_value) and the long windows.
+MAX_SHARE = 3
+
+
+def test_the_default_max_share_holds_every_option_value():
+    def values(cases):
+        return {(d, k, repr(v)) for d, args in cases for k, v in args.items()}
+
+    assert values(default_cases(MAX_GRID, MAX_SHARE)) == values(MAX_GRID)
+
+
+@pytest.mark.parametrize("ndim,args", default_share(MAX_GRID, MAX_SHARE) + MAX_LONG,
                          ids=[f"{d}d-{a}" for d, a in MAX_GRID + MAX_LONG])
 def test_max_pool_matches_torch(ndim, args, rng):
     channels_last = bool(rng.integers(2))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jaxpool
-from default_share import default_share
+from default_share import default_cases, default_share
 from torch_reference import (ADAPTIVE, AVG, TORCH_ADAPTIVE, to_channels_first,
                              to_channels_last, torch_avg_pool, torch_global)
 
@@ -61,11 +61,13 @@ AVG_CASES[2] = [((3, 8, 8), dict(kernel_size=2)), ((0, 3, 8, 8), dict(kernel_siz
                 ((2, 3, 4, 4), dict(kernel_size=4)),
                 ((2, 3, 16, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True))]
 # Both layouts of each case; the default run takes a fifth of the crossed grid (every value of
-# every option, in both layouts) and all of the others.
+# every option, in both layouts: test_the_default_avg_share_holds_every_option_value) and all
+# of the others.
+AVG_SHARE = 5
 _AVG_OTHERS = [(d, s, a, cl) for d, cases in AVG_CASES.items() for s, a in cases
                for cl in (False, True)]
 _AVG_GRID = [(2, s, a, cl) for s, a in AVG_GRID_2D for cl in (False, True)]
-AVG_PARAMS = _AVG_OTHERS + default_share(_AVG_GRID, 5)
+AVG_PARAMS = _AVG_OTHERS + default_share(_AVG_GRID, AVG_SHARE)
 AVG_IDS = [f"{s}-{a}-{'last' if cl else 'first'}" for _, s, a, cl in _AVG_OTHERS + _AVG_GRID]
 
 
@@ -104,6 +106,13 @@ def test_adaptive_matches_torch(ndim, shape, output_size, channels_last, rng):
         x = to_channels_last(x, ndim)
     _compare(lambda a: ADAPTIVE[ndim](a, output_size, channels_last=channels_last),
              lambda t: TORCH_ADAPTIVE[ndim](t, output_size), x, rng, channels_last, ndim)
+
+
+def test_the_default_avg_share_holds_every_option_value():
+    def values(cases):
+        return {(k, repr(v), cl) for _, _, args, cl in cases for k, v in args.items()}
+
+    assert values(default_cases(_AVG_GRID, AVG_SHARE)) == values(_AVG_GRID)
 
 
 @pytest.mark.parametrize("ndim,shape,args,channels_last", AVG_PARAMS, ids=AVG_IDS)
