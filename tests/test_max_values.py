@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from default_share import default_cases, default_share
+from default_share import default_cases, default_share, option_values
 from torch_reference import to_channels_first, to_channels_last
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -93,10 +93,7 @@ MAX_SHARE = 3
 
 
 def test_the_default_max_share_holds_every_option_value():
-    def values(cases):
-        return {(d, k, repr(v)) for d, args in cases for k, v in args.items()}
-
-    assert values(default_cases(MAX_GRID, MAX_SHARE)) == values(MAX_GRID)
+    assert option_values(default_cases(MAX_GRID, MAX_SHARE)) == option_values(MAX_GRID)
 
 
 @pytest.mark.parametrize("ndim,args", default_share(MAX_GRID, MAX_SHARE) + MAX_LONG,
