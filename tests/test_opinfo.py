@@ -1,11 +1,9 @@
-"""torch's own test inputs for the pooling ops, run through jaxpool.
+"""torch's own test inputs for the pooling ops (``opinfo_catalog``), run through jaxpool.
 
-``torch.testing._internal.common_methods_invocations.op_db`` (it needs ``expecttest``) holds,
-for every ``torch.nn.functional`` pooling op, ``sample_inputs`` (calls torch accepts, in every
-argument form its tests use) and ``error_inputs`` (calls torch rejects). Every sample must give
-torch's values, and indices where ``return_indices`` asks for them; every error input must
-raise a ValueError or TypeError. ``EXPECTED_DIFFERENCES`` lists where jaxpool deliberately
-does something else, with the reason; each row is checked to be a real difference.
+Every sample must give torch's values, and indices where ``return_indices`` asks for them;
+every error input must raise a ValueError or TypeError. ``EXPECTED_DIFFERENCES`` lists where
+jaxpool deliberately does something else, with the reason; each row is checked to be a real
+difference.
 """
 
 from __future__ import annotations
@@ -14,16 +12,16 @@ import dataclasses
 import functools
 import inspect
 import operator
-from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing._internal.common_methods_invocations import op_db
 
 import jaxpool
+from opinfo_catalog import (Difference, as_numpy, catalog, difference_of, drawn_error_inputs,
+                            drawn_samples, first_line, run, short_name)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -31,8 +29,7 @@ AVG_OPS = ("avg_pool1d", "avg_pool2d", "avg_pool3d",
            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")
 MAX_OPS = ("max_pool1d", "max_pool2d", "max_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d")
-OPINFO = {info.name.removeprefix("nn.functional."): info for info in op_db
-          if info.name.removeprefix("nn.functional.") in AVG_OPS + MAX_OPS}
+OPINFO = catalog(short_name, AVG_OPS + MAX_OPS)
 SIZE_ARGUMENTS = ("kernel_size", "stride", "padding", "dilation", "output_size")
 
 needs_max = pytest.mark.skipif(not hasattr(jaxpool, "max_pool2d"),
@@ -144,19 +141,6 @@ def _integer_input_applies(call: Call) -> bool:
     return not np.issubdtype(call.x.dtype, np.floating)
 
 
-@dataclasses.dataclass(frozen=True)
-class Difference:
-    """Where jaxpool deliberately differs from torch. ``torch_equivalent`` maps a call to the
-    call torch accepts that gives jaxpool's result; None means jaxpool raises ``error``."""
-
-    what: str
-    reason: str
-    applies: Callable[[Call], bool]
-    torch_equivalent: Callable[[Call], Call] | None
-    examples: tuple
-    error: type = ValueError
-
-
 _X2 = np.arange(2 * 3 * 6 * 7, dtype=np.float64).reshape(2, 3, 6, 7) % 5
 _X1 = _X2[:, :, 0]
 
@@ -205,25 +189,17 @@ EXPECTED_DIFFERENCES = (
 
 
 def _difference(call: Call) -> Difference | None:
-    return next((d for d in EXPECTED_DIFFERENCES if d.applies(call)), None)
+    return difference_of(call, EXPECTED_DIFFERENCES)
 
 
 # --- running a call on both sides -------------------------------------------------------------
 
-def _run(fn, *args, **kwargs):
-    """(result, None) or (None, exception)."""
-    try:
-        return fn(*args, **kwargs), None
-    except Exception as error:  # noqa: BLE001 - what was raised is the result here
-        return None, error
-
-
 def _torch(call: Call):
-    return _run(getattr(F, call.op), torch.from_numpy(call.x), *call.args, **call.kwargs)
+    return run(getattr(F, call.op), torch.from_numpy(call.x), *call.args, **call.kwargs)
 
 
 def _jaxpool(call: Call):
-    return _run(getattr(jaxpool, call.op), call.x, *call.args, **call.kwargs)
+    return run(getattr(jaxpool, call.op), call.x, *call.args, **call.kwargs)
 
 
 def _compare(actual, expected, exact: bool) -> str | None:
@@ -249,10 +225,6 @@ def _compare(actual, expected, exact: bool) -> str | None:
     return None
 
 
-def _first_line(error: Exception) -> str:
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-
-
 def _mismatch(call: Call, exact: bool) -> str | None:
     """Why jaxpool does not do what torch does on ``call`` (or what EXPECTED_DIFFERENCES
     says instead), or None when it does."""
@@ -264,14 +236,14 @@ def _mismatch(call: Call, exact: bool) -> str | None:
         reference = call if difference is None else difference.torch_equivalent(call)
         expected, torch_error = _torch(reference)
         wanted = (ValueError, TypeError) if torch_error is not None else None
-        why = f"torch: {_first_line(torch_error)}" if torch_error is not None else ""
+        why = f"torch: {first_line(torch_error)}" if torch_error is not None else ""
     if wanted is not None:
         if isinstance(error, wanted):
             return None
-        got = "returned" if error is None else f"raised {_first_line(error)}"
+        got = "returned" if error is None else f"raised {first_line(error)}"
         return f"{got}; expected {' or '.join(w.__name__ for w in wanted)} ({why})"
     if error is not None:
-        return f"raised {_first_line(error)}"
+        return f"raised {first_line(error)}"
     return _compare(actual, expected, exact)
 
 
@@ -284,20 +256,15 @@ def _check_all(calls, exact: bool) -> None:
 
 @functools.lru_cache(maxsize=None)
 def samples(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
-    """Every OpInfo sample of ``op``, drawn with a fixed seed (the catalog draws from torch's
-    global generator)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        drawn = list(OPINFO[op].sample_inputs("cpu", dtype))
-    return tuple(Call(op, s.input.detach().numpy().copy(), tuple(s.args), dict(s.kwargs),
-                      f"{op} sample {i}") for i, s in enumerate(drawn))
+    """Every OpInfo sample of ``op``."""
+    return tuple(Call(op, as_numpy(s.input), tuple(s.args), dict(s.kwargs), f"{op} sample {i}")
+                 for i, s in enumerate(drawn_samples(OPINFO[op], dtype)))
 
 
 def error_inputs(op: str) -> tuple[Call, ...]:
-    return tuple(Call(op, e.sample_input.input.detach().numpy().copy(),
-                      tuple(e.sample_input.args), dict(e.sample_input.kwargs),
-                      f"{op} error input {i} (torch: {e.error_regex!r})")
-                 for i, e in enumerate(OPINFO[op].error_inputs("cpu")))
+    return tuple(Call(op, as_numpy(e.sample_input.input), tuple(e.sample_input.args),
+                      dict(e.sample_input.kwargs), f"{op} error input {i} (torch: {e.error_regex!r})")
+                 for i, e in enumerate(drawn_error_inputs(OPINFO[op])))
 
 
 # --- the tests ----------------------------------------------------------------------------------

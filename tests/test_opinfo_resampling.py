@@ -1,6 +1,6 @@
-"""torch's own test inputs for the resampling ops, run through jaxpool.
+"""torch's own test inputs for the resampling ops (``opinfo_catalog``), run through jaxpool.
 
-``op_db`` (torch's OpInfo catalog) holds samples for ``nn.functional.interpolate`` (one
+The catalog holds samples for ``nn.functional.interpolate`` (one
 variant per mode), ``upsample_bilinear``, ``upsample_nearest``, ``_upsample_bilinear2d_aa``
 (interpolate's antialias path), ``pixel_shuffle`` and ``pixel_unshuffle``; none of them has
 error inputs. Every sample must give torch's values (nearest modes and pixel shuffle bit
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing._internal.common_methods_invocations import op_db
 
 import jaxpool
 from jaxpool.sampling import plan_interpolate
+from opinfo_catalog import Difference, as_numpy, catalog, difference_of, drawn_samples, run
 from test_interpolate import evaluate
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -33,7 +33,14 @@ INTERPOLATE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic"
 OPS = tuple(f"interpolate {m}" for m in INTERPOLATE_MODES) + (
     "upsample_bilinear", "upsample_nearest", "_upsample_bilinear2d_aa", "pixel_shuffle",
     "pixel_unshuffle")
-OPINFO = {(info.name + " " + info.variant_test_name).strip(): info for info in op_db}
+
+
+def _catalog_name(op: str) -> str:
+    return op if op.startswith("_") else "nn.functional." + op
+
+
+OPINFO = catalog(lambda info: (info.name + " " + info.variant_test_name).strip(),
+                 {op.split()[0] for op in OPS})
 # Every SPREAD-th sample of each op runs through jaxpool in the default run (each is a
 # program to compile; a different offset per op); the plain-Python check of the taps and
 # weights takes every sample, and -m slow runs every sample through jaxpool.
@@ -80,36 +87,16 @@ def _expressible(call: Call) -> bool:
 
 
 def _jaxpool(call: Call):
-    try:
-        if call.op.startswith("pixel"):
-            return getattr(jaxpool, call.op)(call.x, **call.kwargs), None
-        return jaxpool.interpolate(call.x, **_as_interpolate(call)), None
-    except Exception as error:  # noqa: BLE001 - what was raised is the result here
-        return None, error
+    if call.op.startswith("pixel"):
+        return run(getattr(jaxpool, call.op), call.x, **call.kwargs)
+    return run(lambda: jaxpool.interpolate(call.x, **_as_interpolate(call)))
 
 
 def _torch(call: Call):
-    try:
-        return _torch_function(call.op)(torch.from_numpy(call.x), **call.kwargs).numpy(), None
-    except Exception as error:  # noqa: BLE001
-        return None, error
+    return run(lambda: _torch_function(call.op)(torch.from_numpy(call.x), **call.kwargs).numpy())
 
 
 # --- the expected differences ---------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Difference:
-    """Where jaxpool deliberately differs from torch. ``torch_equivalent`` maps a call to
-    the call torch accepts that gives jaxpool's result; None means jaxpool raises
-    ``error``."""
-
-    what: str
-    reason: str
-    applies: Callable[[Call], bool]
-    torch_equivalent: Callable[[Call], Call] | None
-    examples: tuple
-    error: type = ValueError
-
 
 def _width_one_antialias_applies(call: Call) -> bool:
     kw = _as_interpolate(call)
@@ -144,7 +131,7 @@ EXPECTED_DIFFERENCES = (
 
 
 def _difference(call: Call) -> Difference | None:
-    return next((d for d in EXPECTED_DIFFERENCES if d.applies(call)), None)
+    return difference_of(call, EXPECTED_DIFFERENCES)
 
 
 def _expected(call: Call):
@@ -184,22 +171,14 @@ def _mismatch(actual, error, expected, wanted, exact: bool, dtype) -> str | None
 
 @functools.lru_cache(maxsize=None)
 def samples(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
-    info = OPINFO[_catalog_name(op)]
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        drawn = list(info.sample_inputs("cpu", dtype))
     calls = []
-    for i, s in enumerate(drawn):
+    for i, s in enumerate(drawn_samples(OPINFO[_catalog_name(op)], dtype)):
         kwargs = dict(s.kwargs)
         if op.startswith("interpolate") and s.args:
             kwargs["size"] = s.args[0]
         name = "interpolate" if op.startswith("interpolate") else op
-        calls.append(Call(name, s.input.detach().numpy().copy(), kwargs, f"{op} sample {i}"))
+        calls.append(Call(name, as_numpy(s.input), kwargs, f"{op} sample {i}"))
     return tuple(calls)
-
-
-def _catalog_name(op: str) -> str:
-    return op if op.startswith("_") else "nn.functional." + op
 
 
 def _check(calls, through_jaxpool: bool):

@@ -1,5 +1,6 @@
-"""torch's own test inputs for max_unpool1d/2d/3d (and their ``grad`` variants) and for
-``pad`` in every mode, run through jaxpool (see test_opinfo.py for the pooling ops).
+"""torch's own test inputs (``opinfo_catalog``) for max_unpool1d/2d/3d (and their ``grad``
+variants) and for ``pad`` in every mode, run through jaxpool (see test_opinfo.py for the
+pooling ops).
 
 Every sample must give torch's values bit for bit (both ops copy); every error input must
 raise a ValueError or TypeError. ``EXPECTED_DIFFERENCES`` lists where jaxpool deliberately
@@ -10,22 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing._internal.common_methods_invocations import op_db
 
 import jaxpool
+from opinfo_catalog import (Difference, as_numpy, catalog, difference_of, drawn_error_inputs,
+                            drawn_samples, run, short_name)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
 # (name, variant) -> OpInfo
-OPINFO = {(info.name.removeprefix("nn.functional."), info.variant_test_name): info
-          for info in op_db if info.name.removeprefix("nn.functional.") in
-          ("max_unpool1d", "max_unpool2d", "max_unpool3d", "pad")}
+OPINFO = catalog(lambda info: (short_name(info), info.variant_test_name),
+                 ("max_unpool1d", "max_unpool2d", "max_unpool3d", "pad"))
 VARIANTS = sorted(OPINFO)
 # Each max_unpool sample compiles a program of its own: the default run takes every
 # SPREAD-th (a prime, so the selection still spans the shapes and arguments the catalog
@@ -49,20 +49,13 @@ def _arrays(values, convert):
     return tuple(convert(v) if isinstance(v, (np.ndarray, torch.Tensor)) else v for v in values)
 
 
-def _run(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs), None
-    except Exception as error:  # noqa: BLE001 - what was raised is the result here
-        return None, error
-
-
 def _torch(call: Call):
     args = _arrays(call.args, lambda v: torch.from_numpy(np.asarray(v)))
-    return _run(getattr(F, call.op), torch.from_numpy(call.x), *args, **call.kwargs)
+    return run(getattr(F, call.op), torch.from_numpy(call.x), *args, **call.kwargs)
 
 
 def _jaxpool(call: Call):
-    return _run(getattr(jaxpool, call.op), call.x, *_arrays(call.args, np.asarray),
+    return run(getattr(jaxpool, call.op), call.x, *_arrays(call.args, np.asarray),
                 **call.kwargs)
 
 
@@ -91,19 +84,6 @@ def _circular_past_the_crop_applies(call: Call) -> bool:
         if max(lo, 0) > cropped or max(hi, 0) > cropped:
             return True
     return False
-
-
-@dataclasses.dataclass(frozen=True)
-class Difference:
-    """``torch_equivalent`` maps a call to the torch call giving jaxpool's result; None:
-    jaxpool raises ``error``."""
-
-    what: str
-    reason: str
-    applies: Callable[[Call], bool]
-    torch_equivalent: Callable[[Call], Call] | None
-    examples: tuple
-    error: type = ValueError
 
 
 _X = np.arange(16.0).reshape(1, 2, 2, 4)
@@ -139,7 +119,7 @@ EXPECTED_DIFFERENCES = (
 
 
 def _difference(call: Call) -> Difference | None:
-    return next((d for d in EXPECTED_DIFFERENCES if d.applies(call)), None)
+    return difference_of(call, EXPECTED_DIFFERENCES)
 
 
 def _mismatch(call: Call) -> str | None:
@@ -176,24 +156,18 @@ def _check_all(calls) -> None:
 @functools.lru_cache(maxsize=None)
 def samples(key) -> tuple[Call, ...]:
     op, variant = key
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        drawn = list(OPINFO[key].sample_inputs("cpu", torch.float64))
-    return tuple(Call(op, s.input.detach().numpy().copy(),
-                      tuple(a.detach().numpy().copy() if isinstance(a, torch.Tensor) else a
-                            for a in s.args), dict(s.kwargs), f"{op}[{variant}] sample {i}")
-                 for i, s in enumerate(drawn))
+    return tuple(Call(op, as_numpy(s.input), tuple(map(as_numpy, s.args)), dict(s.kwargs),
+                      f"{op}[{variant}] sample {i}")
+                 for i, s in enumerate(drawn_samples(OPINFO[key], torch.float64)))
 
 
 def error_inputs(key) -> tuple[Call, ...]:
     op, _ = key
     if OPINFO[key].error_inputs_func is None:
         return ()
-    return tuple(Call(op, e.sample_input.input.detach().numpy().copy(),
-                      tuple(a.detach().numpy().copy() if isinstance(a, torch.Tensor) else a
-                            for a in e.sample_input.args), dict(e.sample_input.kwargs),
-                      f"{op} error input {i} (torch: {e.error_regex!r})")
-                 for i, e in enumerate(OPINFO[key].error_inputs("cpu")))
+    return tuple(Call(op, as_numpy(e.sample_input.input), tuple(map(as_numpy, e.sample_input.args)),
+                      dict(e.sample_input.kwargs), f"{op} error input {i} (torch: {e.error_regex!r})")
+                 for i, e in enumerate(drawn_error_inputs(OPINFO[key])))
 
 
 def test_the_catalog_has_every_variant():
