@@ -250,3 +250,25 @@ def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
         np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
     assert gpu_check.worrying_ops(hlo) == "none"
     assert gpu_check.worrying_ops("%s = f32[2] scatter(%a), %g = f32[1] gather(%b)") == "1 gather, 1 scatter"
+
+
+def test_the_parity_floor_times_each_case_and_its_negation():
+    from benchmarks import parity_floor
+
+    lines = parity_floor.run(every=5, ops={"pixel_shuffle"})
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
+    assert set(rows) == {"pixel_shuffle", "all"}
+    cases, case_cpu, floor_cpu = (float(v) for v in rows["all"].split(" | ")[1:4])
+    assert cases == 2 and case_cpu > 0 and floor_cpu > 0
+
+
+def test_the_parity_floor_negates_float_inputs_only():
+    from benchmarks import parity_floor
+
+    x, indices = np.ones(3, np.float32), np.arange(3)
+    (negated,) = parity_floor._negate(x, indices)
+    np.testing.assert_array_equal(negated, -x)
+    (negated,) = parity_floor._negate(torch.ones(2, dtype=torch.bfloat16), torch.arange(2))
+    assert negated.dtype == torch.bfloat16 and (negated == -1).all()
+    with pytest.raises(SystemExit):
+        parity_floor.main(["--every", "0"])
