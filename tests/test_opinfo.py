@@ -263,7 +263,8 @@ def samples(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
 
 def error_inputs(op: str) -> tuple[Call, ...]:
     return tuple(Call(op, as_numpy(e.sample_input.input), tuple(e.sample_input.args),
-                      dict(e.sample_input.kwargs), f"{op} error input {i} (torch: {e.error_regex!r})")
+                      dict(e.sample_input.kwargs),
+                      f"{op} error input {i} (torch: {e.error_regex!r})")
                  for i, e in enumerate(drawn_error_inputs(OPINFO[op])))
 
 

@@ -56,7 +56,7 @@ def _torch(call: Call):
 
 def _jaxpool(call: Call):
     return run(getattr(jaxpool, call.op), call.x, *_arrays(call.args, np.asarray),
-                **call.kwargs)
+               **call.kwargs)
 
 
 # --- the expected differences ---------------------------------------------------------------
@@ -165,8 +165,9 @@ def error_inputs(key) -> tuple[Call, ...]:
     op, _ = key
     if OPINFO[key].error_inputs_func is None:
         return ()
-    return tuple(Call(op, as_numpy(e.sample_input.input), tuple(map(as_numpy, e.sample_input.args)),
-                      dict(e.sample_input.kwargs), f"{op} error input {i} (torch: {e.error_regex!r})")
+    return tuple(Call(op, as_numpy(e.sample_input.input),
+                      tuple(map(as_numpy, e.sample_input.args)), dict(e.sample_input.kwargs),
+                      f"{op} error input {i} (torch: {e.error_regex!r})")
                  for i, e in enumerate(drawn_error_inputs(OPINFO[key])))
 
 
