@@ -32,12 +32,11 @@ def _negate(*inputs):
 
 
 def _is_float(a) -> bool:
-    dtype = getattr(a, "dtype", None)
-    if dtype is None:
-        return False
-    if hasattr(dtype, "is_floating_point"):  # a torch dtype
-        return dtype.is_floating_point
-    return np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) == "bfloat16"
+    from parity.tolerances import is_float
+
+    if hasattr(a, "is_floating_point"):  # a torch tensor
+        return a.is_floating_point()
+    return hasattr(a, "dtype") and is_float(a.dtype)
 
 
 def _timed(fn):
