@@ -5,6 +5,7 @@ Run from the repository root:
 
     python -m benchmarks.resampling                      # every cell, table to stdout
     python -m benchmarks.resampling --markdown BENCHMARKS.md   # and into its section
+    python -m benchmarks.resampling --compile-only       # the compile-time table alone
 
 Each side's output in each mode is first compared with torch's in float64 (as the pooling
 grid does); a side that differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of
@@ -12,6 +13,10 @@ sum(y**2)), `gradgrad` (gradient of that gradient's squared norm) under jax.jit,
 `eager-fwd` / `eager-grad` (repeat calls without jax.jit). Candidate strategies: jaxpool
 with every axis forced to the matrix product (`jaxpool-matrix`) or to strided slices per
 phase (`jaxpool-phases`), on the cells whose scale allows both.
+
+The compile-time table: each mode's forward and gradient programs traced, lowered and
+compiled at a scale of 2 (its simplest program) and at arbitrary scales and extents (Mask
+R-CNN's mask resize 1.9355 on 51x124 among them); the worst of them over the x2 one.
 """
 
 from __future__ import annotations
@@ -199,15 +204,83 @@ def markdown(rows: list[dict], meta: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# mode -> interpolate's arguments; each compiled at x2 and at every (extents, scale) below,
+# with recompute_scale_factor=True (the scale then comes from the extents, as a detection
+# pipeline's per-image resize)
+COMPILE_MODES = {
+    "nearest": {"mode": "nearest"},
+    "nearest-exact": {"mode": "nearest-exact"},
+    "bilinear": {"mode": "bilinear"},
+    "bilinear align_corners": {"mode": "bilinear", "align_corners": True},
+    "bicubic": {"mode": "bicubic"},
+    "bilinear antialias": {"mode": "bilinear", "antialias": True},
+    "bicubic antialias": {"mode": "bicubic", "antialias": True},
+    "area": {"mode": "area"},
+}
+COMPILE_SIMPLEST = ((51, 124), 2.0)
+COMPILE_CASES = (((51, 124), 1.9355), ((51, 124), 1.37), ((51, 124), 0.61),
+                 ((200, 300), 1.9355), ((200, 300), 0.437), ((64, 64), 2.9),
+                 ((333, 500), 1.523))
+
+
+def compile_seconds(kwargs: dict, extents: tuple[int, int], scale: float) -> tuple[float, float]:
+    """Seconds to trace, lower and compile the forward and the gradient of sum(y**2) on
+    [2, 1, *extents] float32."""
+    import jax
+    import jax.numpy as jnp
+    import jaxpool
+
+    def f(a):
+        return jaxpool.interpolate(a, scale_factor=scale, recompute_scale_factor=True,
+                                   **kwargs)
+
+    x = jax.ShapeDtypeStruct((2, 1) + extents, jnp.float32)
+    seconds = []
+    for fn in (f, jax.grad(lambda a: jnp.sum(f(a) ** 2))):
+        start = time.perf_counter()
+        jax.jit(fn).lower(x).compile()
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], seconds[1]
+
+
+def compile_table() -> str:
+    lines = ["Seconds to trace, lower and compile on [2, 1, H, W] float32 (one run each; "
+             "recompute_scale_factor=True), at x2 on 51x124 and the worst of "
+             + ", ".join(f"{s} on {h}x{w}" for (h, w), s in COMPILE_CASES) + ".", "",
+             "| mode | fwd x2 | fwd worst | worst case | fwd worst / x2 | grad x2 | "
+             "grad worst | worst case | grad worst / x2 |", "|---|" + "---|" * 8]
+    for name, kwargs in COMPILE_MODES.items():
+        simplest = compile_seconds(kwargs, *COMPILE_SIMPLEST)
+        cases = {case: compile_seconds(kwargs, *case) for case in COMPILE_CASES}
+        cells = []
+        for program in (0, 1):
+            (extents, scale), worst = max(cases.items(), key=lambda kv: kv[1][program])
+            cells += [f"{simplest[program]:.2f}", f"{worst[program]:.2f}",
+                      f"{scale} on {extents[0]}x{extents[1]}",
+                      f"{worst[program] / simplest[program]:.1f}x"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resampling")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--min-sample-s", type=float, default=0.01)
     parser.add_argument("--cells", default="", help="only cells whose name contains this")
-    parser.add_argument("--markdown", help="splice the table into this file's section")
+    parser.add_argument("--markdown", help="splice the tables into this file's sections")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only the compile-time table")
     args = parser.parse_args(argv)
     import jax
     import torch
+
+    compiles = compile_table()
+    print(compiles)
+    if args.markdown:
+        splice(args.markdown, compiles, *markers("resampling-compile"))
+    if args.compile_only:
+        return 0
 
     rows = []
     for cell in CELLS:

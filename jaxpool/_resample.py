@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from jaxpool._axis import _repeat
-from jaxpool.sampling import AxisSampling, Phases, ResamplePlan
+from jaxpool.sampling import AxisSampling, Phases, ResamplePlan, Windows
 
 
 def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
@@ -39,38 +39,97 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         return _repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "phases":
         return _phases(x, axis, plan)
+    if strategy == "picks":
+        return _picks(x, axis, plan)
     if strategy == "selections":
         return _with_matrix_tangent(x, axis, plan, _selections)
     return _with_matrix_tangent(x, axis, plan, _matmul_keeping_nonfinite)
 
 
-def _select_runs(x: jax.Array, axis: int, sources) -> jax.Array:
-    """Row ``i`` of the result is row ``sources[i]`` of ``x`` (``sources`` non-decreasing):
-    one slice per run of equal sources, broadcast to the run's length, concatenated."""
-    parts, i, k = [], 0, len(sources)
-    while i < k:
-        end = i
-        while end < k and sources[end] == sources[i]:
-            end += 1
-        row = lax.slice_in_dim(x, sources[i], sources[i] + 1, axis=axis)
-        shape = x.shape[:axis] + (end - i,) + x.shape[axis + 1:]
-        parts.append(row if end - i == 1 else jnp.broadcast_to(row, shape))
-        i = end
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+def _padded(x: jax.Array, axis: int, windows: Windows) -> tuple[jax.Array, int]:
+    """``x`` padded with zeros so that every window lies inside it, and where the first
+    window starts in it."""
+    before, after = windows.padding
+    if before or after:
+        config = [(0, 0, 0)] * x.ndim
+        config[axis] = (before, after, 0)
+        x = lax.pad(x, jnp.zeros((), x.dtype), config)
+    return x, windows.start + before
+
+
+def _cut_windows(x: jax.Array, axis: int, windows: Windows) -> jax.Array:
+    """``x``'s ``axis`` cut into the windows' grid: ``[..., count, length, ...]``, window
+    ``b`` the inputs ``start + b*stride`` on (zeros outside ``x``): a pad, a reshape and
+    one slice per chunk of ``stride``."""
+    x, first = _padded(x, axis, windows)
+    rows = windows.count + windows.chunks - 1
+    grid = lax.slice_in_dim(x, first, first + rows * windows.stride, axis=axis)
+    grid = grid.reshape(x.shape[:axis] + (rows, windows.stride) + x.shape[axis + 1:])
+    chunks = [lax.slice_in_dim(grid, c, c + windows.count, axis=axis)
+              for c in range(windows.chunks)]
+    cut = chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks, axis=axis + 1)
+    return lax.slice_in_dim(cut, 0, windows.length, axis=axis + 1)
+
+
+def _window_positions(x: jax.Array, axis: int, windows: Windows) -> list[jax.Array]:
+    """Position ``e`` of every window, ``[..., count, 1, ...]`` for each ``e < length``:
+    one strided slice each."""
+    x, first = _padded(x, axis, windows)
+    span = (windows.count - 1) * windows.stride + 1
+    return [jnp.expand_dims(lax.slice_in_dim(x, first + e, first + e + span, windows.stride,
+                                             axis), axis + 1)
+            for e in range(windows.length)]
+
+
+def _pick(positions: list[jax.Array], axis: int, local: np.ndarray) -> jax.Array:
+    """``[..., count, block, ...]``: output ``(b, o)`` copies ``positions[local[b, o]]``
+    of window ``b``, by a tree of selects, the lowest bit of the position first (each
+    level pairs the candidates: even and odd positions). Slices and selects only, which
+    XLA fuses into one pass over the output."""
+    trailing = (1,) * (positions[0].ndim - axis - 2)
+    candidates, bit = positions, 0
+    while len(candidates) > 1:
+        odd_here = ((local >> bit) & 1).astype(bool)
+        mask = odd_here.reshape(local.shape + trailing)
+        paired = []
+        for even, odd in zip(candidates[::2], candidates[1::2]):
+            paired.append(even if not odd_here.any() else odd if odd_here.all()
+                          else jnp.where(mask, odd, even))
+        candidates = paired + candidates[len(paired) * 2:]
+        bit += 1
+    (picked,) = candidates
+    shape = picked.shape[:axis + 1] + (local.shape[1],) + picked.shape[axis + 2:]
+    return jnp.broadcast_to(picked, shape)
+
+
+def _outputs(blocks: jax.Array, axis: int, out_size: int) -> jax.Array:
+    """``[..., count, block, ...] -> [..., out_size, ...]`` (the padded outputs dropped)."""
+    shape = blocks.shape[:axis] + (blocks.shape[axis] * blocks.shape[axis + 1],)
+    flat = blocks.reshape(shape + blocks.shape[axis + 2:])
+    return lax.slice_in_dim(flat, 0, out_size, axis=axis)
+
+
+def _picks(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """Copies in any order: each output picked from its block's window."""
+    windows = plan.windows()
+    return _outputs(_pick(_window_positions(x, axis, windows), axis, windows.local[0]), axis,
+                    plan.out_size)
 
 
 def _selections(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
-    """``sum_t w_t * x[tap_t]`` with each tap's rows selected by runs and its weights a
-    constant vector along the axis: torch's products, two or four per output, for an
-    arbitrary scale (a matrix product would spend ``in`` multiply-adds per output)."""
-    shape = [1] * x.ndim
-    shape[axis] = plan.out_size
+    """``sum_t w_t * x[tap_t]`` with each tap picked from its block's window and its
+    weights a constant array: torch's products, two or four per output, for an arbitrary
+    scale (a matrix product would spend ``in`` multiply-adds per output)."""
+    windows = plan.windows()
+    positions = _window_positions(x, axis, windows)
+    trailing = (1,) * (x.ndim - axis - 1)
     terms = []
-    for t in range(len(plan.taps[0])):
-        rows = _select_runs(x, axis, [taps[t] for taps in plan.taps])
-        weights = np.asarray([w[t] for w in plan.weights]).reshape(shape)
-        terms.append(rows * jnp.asarray(weights, x.dtype))
-    return functools.reduce(jnp.add, terms)
+    for t, local in enumerate(windows.local):
+        weights = np.zeros(local.shape)
+        weights.reshape(-1)[:plan.out_size] = [w[t] for w in plan.weights]
+        terms.append(_pick(positions, axis, local)
+                     * jnp.asarray(weights.reshape(weights.shape + trailing), x.dtype))
+    return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
 
 
 def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax.Array:
@@ -96,9 +155,7 @@ def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range) ->
 def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """One strided slice per phase and tap for the periodic stretch, the phases
     interleaved (stacked after the axis and reshaped), and the edge outputs written out."""
-    phases: Phases | None = plan.phases()
-    if phases is None:  # copies with no period: each source element broadcast to its run
-        return _runs(x, axis, plan)
+    phases: Phases = plan.phases()
     count, step = phases.count, phases.step
     values = []
     for starts, weights in zip(phases.starts, phases.weights):
@@ -111,22 +168,6 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         interior = stacked.reshape(x.shape[:axis] + (count * phases.period,) + x.shape[axis + 1:])
     parts = (_written_out(x, axis, plan, range(phases.first)) + [interior]
              + _written_out(x, axis, plan, range(phases.stop, plan.out_size)))
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
-
-
-def _runs(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
-    """Copies in any order: each run of outputs that copy the same element is one slice,
-    broadcast to the run's length."""
-    parts, i = [], 0
-    while i < plan.out_size:
-        j = plan.taps[i][0]
-        end = i
-        while end < plan.out_size and plan.taps[end][0] == j:
-            end += 1
-        row = lax.slice_in_dim(x, j, j + 1, axis=axis)
-        shape = x.shape[:axis] + (end - i,) + x.shape[axis + 1:]
-        parts.append(row if end - i == 1 else jnp.broadcast_to(row, shape))
-        i = end
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
@@ -156,23 +197,20 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     broadcast, a select, a product, a sum) sends a cotangent only to its output's taps, as
     torch's backward does; a product with the ``[out, in]`` matrix would spread it along
     the axis. An output that taps one element twice (clamped edges) takes one layer per
-    repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. The outputs go in blocks of
-    ``TAP_BLOCK``, each over the input span its taps cover, so the work is about
-    ``out * (TAP_BLOCK * in/out + taps)`` rather than ``out * in``."""
-    parts = []
-    for block in plan.tap_blocks():
-        lo, hi = block.span
-        piece = lax.slice_in_dim(t, lo, hi, axis=axis)
-        spread = jnp.broadcast_to(jnp.expand_dims(piece, axis),
-                                  piece.shape[:axis] + (block.size,) + piece.shape[axis:])
-        trailing = (1,) * (t.ndim - axis - 1)
-        terms = []
-        for weights, support in block.layers:
-            w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
-            picked = jnp.asarray(support.reshape(support.shape + trailing))
-            terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 1))
-        parts.append(functools.reduce(jnp.add, terms))
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+    repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. Each block of outputs
+    reads its own window (``plan.windows()``), so the work is ``length`` per output rather
+    than ``in``, and the program's size does not depend on the extents."""
+    windows = plan.windows()
+    cut = _cut_windows(t, axis, windows)
+    spread = jnp.broadcast_to(jnp.expand_dims(cut, axis + 1),
+                              cut.shape[:axis + 1] + (windows.block,) + cut.shape[axis + 1:])
+    trailing = (1,) * (t.ndim - axis - 1)
+    terms = []
+    for weights, support in windows.layers:
+        w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
+        picked = jnp.asarray(support.reshape(support.shape + trailing))
+        terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 2))
+    return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
 
 
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:

@@ -29,8 +29,8 @@ bfloat16 and float32 inputs (torch's ``opmath`` type), ``float64`` for float64."
 
 MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 
-SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "selections",
-                       "matrix")
+SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "picks",
+                       "selections", "matrix")
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
@@ -41,18 +41,18 @@ MAX_PHASE_SLICES = 48
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
+# Copies with a period take at most this many slices (phases and written-out edges); any
+# other copying axis is picked from windows, a program whose size does not depend on the
+# ratio or the extents.
+MAX_COPY_SLICES = 8
 # Axes this small (in * out) are a matrix product whatever their pattern: a program of a few
 # operations, where slices would make dozens.
 MAX_SMALL_MATRIX = 256
-# An arbitrary scale with few taps per output selects each tap's rows by runs (one slice per
-# run) and weights them: two or four products per output where the matrix spends `in`
-# (4x64x64x64 -> 128 align_corners forward: see BENCHMARKS.md). Beyond this many slices
-# per axis the program grows too long and the matrix product is used.
-MAX_SELECTION_SLICES = 320
-# The derivative rules of the matrix and selections strategies pick each output's products
-# with a select over the input span of a block of this many outputs (see
-# jaxpool._resample._tap_sums): about out * (TAP_BLOCK * in/out + taps) products.
-TAP_BLOCK = 16
+# Windows: the outputs go in blocks of up to this many, each block reading a window of the
+# input that starts `stride` after the previous one's (see :class:`Windows`).
+MAX_WINDOW_BLOCK = 64
+# A window longer than this many strides would take that many slices to cut out.
+MAX_WINDOW_CHUNKS = 4
 
 
 @dataclass(frozen=True)
@@ -94,45 +94,103 @@ class AxisSampling:
     def phases(self) -> Phases | None:
         return find_phases(self)
 
-    def tap_blocks(self, block: int | None = None) -> tuple[TapBlock, ...]:
-        """The outputs in consecutive blocks of ``block`` (``TAP_BLOCK``), each with the
-        input span its taps cover and its weights and 0/1 support there, one layer per
-        repeat of a tap within an output."""
-        return _tap_blocks(self, block or TAP_BLOCK)
+    def windows(self) -> Windows:
+        """The outputs in blocks, each block's taps inside one window of a regular grid
+        of windows over the input (see :class:`Windows`)."""
+        return _windows(self)
 
 
 @dataclass(frozen=True, eq=False)
-class TapBlock:
-    """Outputs ``first .. first + size`` of an axis read inputs ``span[0] .. span[1]``;
-    each layer is ``(weights, support)``, both ``[size, span length]``: output ``i``'s
-    ``r``-th product with input ``j`` (the ``r``-th repeat of that tap)."""
+class Windows:
+    """The outputs of an axis in ``count`` blocks of ``block`` (the last one padded with
+    outputs that are dropped); block ``b`` reads the ``length`` inputs from
+    ``start + b*stride`` on (the input padded with zeros before 0 and past its end, where
+    no tap reads). A regular grid, so cutting the windows out takes ``chunks`` slices
+    whatever the ratio and extents, and the work is ``length`` per output.
 
-    first: int
-    size: int
-    span: tuple[int, int]
+    ``local[t]``: ``[count, block]``, the position of each output's tap ``t`` in its
+    window (None unless every output has the same number of taps). ``layers``:
+    ``(weights, support)``, both ``[count, block, length]``, one layer per repeat of a tap
+    within an output: output ``i``'s ``r``-th product with window position ``j``."""
+
+    in_size: int
+    block: int
+    count: int
+    stride: int
+    start: int
+    length: int
+    local: tuple[np.ndarray, ...] | None
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.length // self.stride)
+
+    @property
+    def padding(self) -> tuple[int, int]:
+        """Zeros before and after the input so that every window lies inside it."""
+        end = self.start + (self.count + self.chunks - 1) * self.stride
+        return max(0, -self.start), max(0, end - self.in_size)
+
+
+def _window_grid(lows: np.ndarray, highs: np.ndarray, block: int):
+    """The shortest windows ``(stride, start, length)`` for blocks of ``block`` outputs
+    whose taps span ``lows[i] .. highs[i]``, or None when they need too many chunks."""
+    k = len(lows)
+    count = -(-k // block)
+    pad = count * block - k
+    lo = np.concatenate([lows, np.repeat(lows[-1:], pad)]).reshape(count, block).min(1)
+    hi = np.concatenate([highs, np.repeat(highs[-1:], pad)]).reshape(count, block).max(1)
+    b = np.arange(count)
+    slope = (lo[-1] - lo[0]) / max(count - 1, 1)
+    strides = ({max(1, math.floor(slope)), max(1, math.ceil(slope))} if count > 1
+               else {int(hi[0] - lo[0] + 1)})
+    best = None
+    for stride in sorted(strides):
+        start = int((lo - b * stride).min())
+        length = int((hi - b * stride).max()) - start + 1
+        if -(-length // stride) <= MAX_WINDOW_CHUNKS and (best is None or length < best[2]):
+            best = (stride, start, length)
+    return best
 
 
 @functools.lru_cache(maxsize=256)
-def _tap_blocks(plan: AxisSampling, block: int) -> tuple[TapBlock, ...]:
-    blocks = []
-    for first in range(0, plan.out_size, block):
-        outputs = range(first, min(first + block, plan.out_size))
-        lo = min(j for i in outputs for j in plan.taps[i])
-        hi = max(j for i in outputs for j in plan.taps[i]) + 1
-        layers: list[tuple[np.ndarray, np.ndarray]] = []
-        for row, i in enumerate(outputs):
-            seen: dict[int, int] = {}
-            for j, w in zip(plan.taps[i], plan.weights[i]):
-                r = seen.get(j, 0)
-                seen[j] = r + 1
-                if r == len(layers):
-                    layers.append((np.zeros((len(outputs), hi - lo)),
-                                   np.zeros((len(outputs), hi - lo), bool)))
-                layers[r][0][row, j - lo] = w
-                layers[r][1][row, j - lo] = True
-        blocks.append(TapBlock(first, len(outputs), (lo, hi), tuple(layers)))
-    return tuple(blocks)
+def _windows(plan: AxisSampling) -> Windows:
+    lows = np.array([min(t) for t in plan.taps])
+    highs = np.array([max(t) for t in plan.taps])
+    # The work is about out * length: the block whose windows are shortest for their
+    # blocks' (a stride off the outputs' slope drifts, lengthening every window).
+    best = None
+    for block in range(1, min(MAX_WINDOW_BLOCK, plan.out_size) + 1):
+        grid = _window_grid(lows, highs, block)
+        if grid is not None:
+            cost = -(-plan.out_size // block) * block * grid[2]
+            if best is None or cost < best[0]:
+                best = (cost, block, grid)
+    if best is None:  # one block, one window over every tap
+        best = (0, plan.out_size, _window_grid(lows, highs, plan.out_size))
+    _, block, (stride, start, length) = best
+    count = -(-plan.out_size // block)
+    ntaps = len(plan.taps[0])
+    local = None
+    if all(len(t) == ntaps for t in plan.taps):
+        local = tuple(np.zeros((count, block), np.int64) for _ in range(ntaps))
+    layers: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, (taps, weights) in enumerate(zip(plan.taps, plan.weights)):
+        b, o = divmod(i, block)
+        first = start + b * stride
+        seen: dict[int, int] = {}
+        for t, (j, w) in enumerate(zip(taps, weights)):
+            if local is not None:
+                local[t][b, o] = j - first
+            r = seen.get(j, 0)
+            seen[j] = r + 1
+            if r == len(layers):
+                layers.append((np.zeros((count, block, length)),
+                               np.zeros((count, block, length), bool)))
+            layers[r][0][b, o, j - first] = w
+            layers[r][1][b, o, j - first] = True
+    return Windows(plan.in_size, block, count, stride, start, length, local, tuple(layers))
 
 
 @dataclass(frozen=True)
@@ -211,19 +269,9 @@ def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | N
     return None
 
 
-def _sources_ordered(plan: AxisSampling) -> bool:
-    """Every output has the same number of taps, each tap's source non-decreasing."""
-    ntaps = len(plan.taps[0]) if plan.taps else 0
-    return ntaps > 0 and all(len(t) == ntaps for t in plan.taps) and all(
-        a[t] <= b[t] for a, b in zip(plan.taps, plan.taps[1:]) for t in range(ntaps))
-
-
-def _runs(plan: AxisSampling, t: int) -> int:
-    return 1 + sum(a[t] != b[t] for a, b in zip(plan.taps, plan.taps[1:]))
-
-
 def choose_sampling_strategy(plan: AxisSampling) -> str:
-    """Pick how one axis is computed, all exact to torch's taps and NaN placement:
+    """Pick how one axis is computed, all exact to torch's taps and NaN placement, each a
+    program whose size is bounded whatever the ratio and extents:
 
     - ``identity``: every output copies its own input element (nothing to do);
     - ``nonfinite-to-nan``: every output is ``x[i]*1 + x[i]*0`` (torch's linear modes when
@@ -231,14 +279,18 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``repeat``: copies at an integer upsampling (``i // factor``): broadcast and reshape;
     - ``phases``: the taps repeat every few outputs, shifted by a fixed step (a fixed
       integer or rational scale): one strided slice per phase and tap, the phases
-      interleaved, and the edge outputs that break the pattern written out;
-    - ``selections``: an arbitrary scale with a few taps per output (linear, bicubic):
-      each tap's rows selected by runs of slices, times a constant weight vector;
-    - ``matrix``: anything else (large axes at an arbitrary scale, antialias): a product
-      with the ``[out, in]``
-      matrix of the map, with a second product that keeps NaN and inf where torch puts
-      them. Nearest modes never take it: they copy, so they take ``phases`` with the edge
-      outputs written out, however many.
+      interleaved, and the few edge outputs that break the pattern written out;
+    - ``picks``: any other copies (nearest at an arbitrary scale): the outputs in blocks,
+      each picked from its block's window of the input by a tree of selects (one level
+      per bit of its position there);
+    - ``selections``: an arbitrary scale with the same number of taps per output (linear,
+      bicubic): each tap picked as ``picks`` does, times a constant weight vector;
+    - ``matrix``: small axes and antialias (whose outputs have different numbers of
+      taps): a product with the ``[out, in]`` matrix of the map, with a second product
+      that keeps NaN and inf where torch puts them.
+
+    The derivative rule of ``selections`` and ``matrix`` sums each output's products from
+    the same windows (``jaxpool._resample._tap_sums``).
     """
     n, k = plan.in_size, plan.out_size
     one_tap = all(len(t) == 1 for t in plan.taps)
@@ -249,17 +301,17 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
         return "nonfinite-to-nan"
     if plan.copies and k % n == 0 and all(t == (i * n // k,) for i, t in enumerate(plan.taps)):
         return "repeat"
-    if plan.copies:
-        return "phases"
     phases = plan.phases()
-    ntaps = len(plan.taps[0])
-    if phases is None and n * k > MAX_SMALL_MATRIX and _sources_ordered(plan) \
-            and sum(_runs(plan, t) for t in range(ntaps)) <= MAX_SELECTION_SLICES:
-        return "selections"
-    if phases is None or n * k <= MAX_SMALL_MATRIX:
+    if plan.copies:
+        slices = None if phases is None else phases.period + phases.first + k - phases.stop
+        return "phases" if slices is not None and slices <= MAX_COPY_SLICES else "picks"
+    if n * k <= MAX_SMALL_MATRIX:
         return "matrix"
-    edges = phases.first + k - phases.stop
-    return "phases" if (phases.period + edges) * ntaps <= MAX_PHASE_SLICES else "matrix"
+    ntaps = len(plan.taps[0])
+    if phases is not None and (phases.period + phases.first + k - phases.stop) * ntaps \
+            <= MAX_PHASE_SLICES:
+        return "phases"
+    return "selections" if all(len(t) == ntaps for t in plan.taps) else "matrix"
 
 
 # --- torch's arithmetic ------------------------------------------------------------------

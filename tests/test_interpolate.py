@@ -5,6 +5,7 @@ transforms' bits."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -111,8 +112,8 @@ def test_nearest_rules_differ_where_torch_does():
 # One case per strategy and mode: (input shape, kwargs, channels_last)
 CASES = {
     "nearest x2 (repeat)": ((2, 3, 6, 5), {"scale_factor": 2}),
-    "nearest 1d ragged (phases, copies)": ((2, 3, 7), {"size": 17}),
-    "nearest 3d scale 1.7 (runs)": ((1, 2, 3, 4, 5), {"scale_factor": 1.7}),
+    "nearest 1d ragged (picks)": ((2, 3, 7), {"size": 17}),
+    "nearest 3d scale 1.7 (phases, copies)": ((1, 2, 3, 4, 5), {"scale_factor": 1.7}),
     "nearest-exact 2d down": ((2, 3, 9, 10), {"size": (4, 3), "mode": "nearest-exact"}),
     "bilinear x2 (phases)": ((2, 3, 12, 11), {"scale_factor": 2, "mode": "bilinear"}),
     "bilinear x8 (phases)": ((1, 2, 6, 5), {"scale_factor": 8, "mode": "bilinear"}),
@@ -212,7 +213,7 @@ def test_half_precision_as_torch(dtype, rng):
     partial sums to half precision, so the interpolating modes agree to about one half
     ulp of the values; the nearest modes copy, bit for bit."""
     tdtype = getattr(torch, dtype)
-    for name in ("nearest 1d ragged (phases, copies)", "bicubic (matrix)"):
+    for name in ("nearest 1d ragged (picks)", "bicubic (matrix)"):
         shape, kwargs = CASES[name]
         t = torch.randn(shape).to(tdtype)
         x = jnp.asarray(t.float().numpy()).astype(dtype)
@@ -226,7 +227,8 @@ def test_half_precision_as_torch(dtype, rng):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", ["bilinear x2 (phases)", "nearest 3d scale 1.7 (runs)"])
+@pytest.mark.parametrize("name", ["bilinear x2 (phases)",
+                                  "nearest 3d scale 1.7 (phases, copies)"])
 def test_channels_last_is_the_transposed_call(name, rng):
     shape, kwargs = CASES[name]
     x = rng.standard_normal(shape)
@@ -237,8 +239,8 @@ def test_channels_last_is_the_transposed_call(name, rng):
 
 
 # One case per strategy in the default run (each transform compiles a program of its own).
-TRANSFORM_CASES = ["nearest 1d ragged (phases, copies)", "bilinear align_corners (matrix)",
-                   "bicubic arbitrary scale (selections)"]
+TRANSFORM_CASES = ["nearest 1d ragged (picks)", "nearest 3d scale 1.7 (phases, copies)",
+                   "bilinear align_corners (matrix)", "bicubic arbitrary scale (selections)"]
 
 
 @pytest.mark.parametrize("name", [
@@ -265,6 +267,39 @@ def test_transforms_never_change_a_value(name, rng):
         assert value.tobytes() == plain.tobytes(), f"{how} changes bits"
 
 
+# --- program size ------------------------------------------------------------------------------
+
+def _program_ops(fn, x) -> int:
+    """The number of operations in ``fn``'s lowered program."""
+    return len(re.findall(r"\bstablehlo\.[a-z_]+", jax.jit(fn).lower(x).as_text()))
+
+
+# Arbitrary scales of each kind of axis (copies, two taps, four taps) beside the integer
+# scale's program: the Mask R-CNN mask resize (1.9355 on 51x124), a downscale, larger extents.
+PROGRAM_SIZE_CASES = [((2, 1, 51, 124), 1.9355), ((2, 1, 51, 124), 1.37),
+                      ((2, 1, 51, 124), 0.61), ((2, 1, 200, 300), 1.9355)]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_program_size_does_not_grow_with_the_ratio_or_extents(mode):
+    """The forward and gradient programs at an arbitrary scale are within a few times the
+    x2 program's size, whatever the ratio and extents: nearest at 1.9355 lowered to one
+    slice per output that broke its period (175 on 51x124, 500 on 200x300)."""
+    def programs(shape, scale):
+        f = lambda a: jaxpool.interpolate(a, scale_factor=scale, mode=mode,  # noqa: E731
+                                          recompute_scale_factor=True)
+        x = jnp.ones(shape, jnp.float32)
+        return (_program_ops(f, x),
+                _program_ops(jax.grad(lambda a: jnp.sum(f(a) ** 2)), x))
+
+    base = programs((2, 1, 51, 124), 2.0)
+    for shape, scale in PROGRAM_SIZE_CASES:
+        sizes = programs(shape, scale)
+        for what, size, simplest in zip(("forward", "gradient"), sizes, base):
+            assert size <= 4 * simplest + 150, (
+                f"{mode} {shape} x{scale}: {what} of {size} operations, x2's {simplest}")
+
+
 # --- derivatives -------------------------------------------------------------------------------
 
 from test_derivatives import _derivative_programs, _stablehlo_ops  # noqa: E402
@@ -273,7 +308,7 @@ from test_derivatives import _derivative_programs, _stablehlo_ops  # noqa: E402
 DERIVATIVE_CASES = {
     "repeat": ((1, 2, 3, 4), {"scale_factor": 2}),
     "phases copies": ((1, 2, 5), {"size": 12}),
-    "runs": ((1, 2, 3, 2, 3), {"scale_factor": 1.7}),
+    "picks": ((1, 2, 3, 2, 3), {"scale_factor": 1.7}),
     "phases": ((1, 2, 9, 10), {"scale_factor": 2, "mode": "bilinear"}),
     "matrix": ((1, 2, 5, 6), {"size": (7, 4), "mode": "bicubic", "align_corners": True}),
     "nonfinite-to-nan": ((1, 2, 4, 5), {"size": (4, 9), "mode": "bilinear"}),
