@@ -1,6 +1,7 @@
 """The suite of every jaxpool op, its report and the ``python -m parity`` command."""
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -24,19 +25,95 @@ def _case(op, dtype="float64", channels_last=False):
     return suite.Case(op, shape, tuple(kw.items()), dtype, channels_last)
 
 
-def test_quick_grid_covers_every_op_dtype_and_layout():
+def _crossed_grid():
+    """The default grid before it took dtypes and layouts in turn (322 cases): every main
+    argument set in every dtype and layout, the other sets in float64 channels-first, the
+    values-only cases in float64, the bad-argument calls."""
+    cases = []
+    for op in suite.OPS:
+        for (shape, kw), dtype, last in itertools.product(suite._MAIN[op], suite.DTYPES,
+                                                          (False, True)):
+            cases.append(suite.Case(op, shape, tuple(kw.items()), dtype, last))
+        cases += [suite.Case(op, shape, tuple(kw.items())) for shape, kw in suite._EXTRA[op]]
+        cases += suite._values_only_cases(op, ("float64",))
+        cases.append(suite.error_cases(op))
+    return cases
+
+
+def _derivative_cases(cases):
+    return [c for c in cases if isinstance(c, suite.Case) and not c.special]
+
+
+def test_default_grid_holds_every_op_dtype_layout_and_order():
     cases = suite.quick_cases()
     keys = [c.key for c in cases]
     assert len(keys) == len(set(keys))
+    pairs = {(d, lay) for d in suite.DTYPES for lay in ("first", "last")}
     for op in suite.OPS:
-        combos = {(c.dtype, c.layout) for c in cases if isinstance(c, suite.Case) and c.op == op}
-        assert combos >= {(d, lay) for d in suite.DTYPES for lay in ("first", "last")}, op
+        mine = [c for c in _derivative_cases(cases) if c.op == op]
+        assert {c.dtype for c in mine} == set(suite.DTYPES), op
+        assert {c.layout for c in mine} == {"first", "last"}, op
+        assert all(c.orders == 3 for c in mine), op
         assert any(isinstance(c, suite.ErrorCase) and c.op == op for c in cases)
-        assert all(c.orders == 3 for c in cases if isinstance(c, suite.Case) and c.op == op
-                   and not c.special)
-    full = suite.full_cases()
-    assert len(full) > 3 * len(cases) and {c.key for c in cases} - {c.key for c in full} <= {
-        c.key for c in cases if isinstance(c, suite.Case) and c.dtype == "float64"}
+        # every kind of op with more than one member sees every dtype in either layout
+        kind = [c for c in _derivative_cases(cases) if suite.OPS[c.op].kind == suite.OPS[op].kind]
+        if len({c.op for c in kind}) > 1 or len(kind) >= len(pairs):
+            assert {(c.dtype, c.layout) for c in kind} == pairs, op
+    # far fewer programs than the crossed grid's 298
+    assert len([c for c in cases if isinstance(c, suite.Case)]) < 150
+
+
+def _kinds(case):
+    """What a case's arguments are like: each flag and mode, and of each number whether it
+    is negative, 0, 1, more, or not an integer; and the input's rank."""
+    def kind(v):
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, float) and not v.is_integer():
+            return "not an integer"
+        return "negative" if v < 0 else min(int(v), 2)
+
+    out = {("rank", len(case.shape))}
+    for name, value in case.kwargs:
+        for v in value if isinstance(value, tuple) else (value,):
+            out.add((name, kind(v)))
+    return out
+
+
+def test_default_grid_keeps_every_kind_of_argument_and_every_values_only_case():
+    """Each op sees in the default grid every kind of argument the crossed grid gave it
+    (each flag and mode; padding, dilation, strides and kernels of 1 and more; negative
+    pads, non-integer scales, None sizes; batched and unbatched inputs), and the same
+    values-only cases."""
+    def kinds(cases, op):
+        return set().union(*(_kinds(c) for c in _derivative_cases(cases) if c.op == op))
+
+    crossed, default = _crossed_grid(), suite.quick_cases()
+    for op in suite.OPS:
+        missing = kinds(crossed, op) - kinds(default, op)
+        assert not missing, (op, missing)
+    special = {c.key for c in default if isinstance(c, suite.Case) and c.special}
+    assert special == {c.key for c in crossed if isinstance(c, suite.Case) and c.special}
+
+
+def test_full_grid_holds_the_crossed_grid():
+    crossed = {c.key for c in _crossed_grid()}
+    assert len(crossed) == 322
+    full = {c.key for c in suite.full_cases()}
+    assert crossed <= full and len(full) > 3000
+
+
+def test_every_case_of_either_grid_is_a_valid_torch_call():
+    """A case on which torch raises checks nothing but that both raise."""
+    import torch
+
+    for case in _derivative_cases(suite.quick_cases() + suite.full_cases()):
+        arrays = [torch.from_numpy(a.astype(np.float64) if a.dtype.kind != "i" else a)
+                  for a in case.inputs()]
+        try:
+            case.functions()[1](*arrays)
+        except Exception as e:  # noqa: BLE001 - any error is the finding
+            pytest.fail(f"{case.key}: torch raises {e}")
 
 
 def test_grid_filters():
@@ -209,9 +286,69 @@ def test_report_formats():
     assert doc["cases"][0]["rows"][0]["name"] == "value"
     assert doc["environment"]["jaxpool"] == jaxpool.__version__
 
+    assert [o["op"] for o in doc["ops"]] == ["global_avg_pool"]
+    assert doc["ops"][0]["error_calls"] == len(suite.error_cases("global_avg_pool").calls)
+
     md = report_mod.to_markdown(results, 1.0)
     assert "| op | case | dtype | layout | order 0 | order 1 | order 2 | order 3 | result |" in md
+    assert "| op | cases | checks | order 0 | order 1 | order 2 | order 3 | errors | result |" in md
     assert "**PASS" in md
+
+
+def _made_up_results(failing_key=None):
+    """A result for every case of the default grid, without running any: checks of every
+    order with made-up errors; the case ``failing_key`` fails its second derivative."""
+    from parity.results import Report, Row
+
+    out = []
+    for case in suite.quick_cases():
+        if isinstance(case, suite.ErrorCase):
+            rows = [Row(f"raises ({label})", 0, 0.0, 0.0, 0.0, True) for label, *_ in case.calls]
+        else:
+            rows = [Row(name, order, 1e-16 * (order + 1), 1e-15 * (order + 1), 1e-12,
+                        not (case.key == failing_key and order == 2))
+                    for order in range(case.orders + 1) for name in ("vjp", "jvp")]
+        out.append(suite.CaseResult(case, Report(rows, label=case.key), 0.1))
+    return out
+
+
+def test_the_default_output_is_a_row_per_op_on_one_screen():
+    console = Console(record=True, width=120)
+    report_mod.render_summary(_made_up_results(), console, seconds=42.0)
+    lines = console.export_text().rstrip().splitlines()
+    assert len(lines) <= 36, "\n".join(lines)
+    firsts = [line.split()[0] for line in lines if line.split()]
+    assert all(firsts.count(op) == 1 for op in suite.OPS)
+    header = next(line for line in lines if line.lstrip().startswith("op"))
+    assert header.split() == ["op", "cases", "checks", "order", "0", "order", "1", "order", "2",
+                              "order", "3", "errors", "result"]
+    pool3d = next(line.split() for line in lines if line.split()[:1] == ["max_pool3d"])
+    n = len([c for c in suite.quick_cases(["max_pool3d"]) if isinstance(c, suite.Case)])
+    assert pool3d[1] == str(n) and pool3d[-1] == "pass" and pool3d[-3] == "4.0e-15"
+    assert lines[-1].startswith("PASS: ") and lines[-1].endswith("in 42 s")
+
+    failing = next(c for c in suite.quick_cases(["lp_pool2d"]) if c.dtype == "bfloat16")
+    console = Console(record=True, width=120)
+    report_mod.render_summary(_made_up_results(failing.key), console)
+    text = console.export_text()
+    rows = {}
+    for line in text.splitlines():  # the table's row, not the failure's heading below it
+        if line.split():
+            rows.setdefault(line.split()[0], line.split())
+    assert rows["lp_pool2d"][-1] == "FAIL" and rows["lp_pool1d"][-1] == "pass"
+    assert failing.key in text and text.rstrip().splitlines()[-1].startswith("FAIL: 1 of")
+
+
+def test_cli_detail_prints_a_row_per_case(capsys):
+    argv = ["--op", "pixel_shuffle", "--orders", "1", "--no-progress", "--jobs", "1",
+            "--no-cache"]
+    assert main(argv + ["--detail"]) == 0
+    detail = capsys.readouterr().out
+    assert main(argv) == 0
+    short = capsys.readouterr().out
+    labels = {c.label for c in suite.quick_cases(["pixel_shuffle"])}
+    assert len(labels) == 3 and all(label in detail for label in labels)
+    assert not any(label in short for label in labels) and "pixel_shuffle" in short
 
 
 def test_cli_writes_json_and_markdown(tmp_path, capsys):
@@ -254,17 +391,17 @@ def test_python_dash_m_parity_runs_in_workers_through_the_user_cache(tmp_path, m
     assert str(cache) in help_text.replace("\n", "").replace(" ", "")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "parity", "--op", "adaptive_avg_pool2d", "--dtype", "float16",
+        [sys.executable, "-m", "parity", "--op", "global_avg_pool", "--dtype", "float16",
          "--layout", "last", "--no-progress", "--jobs", "2", "--json", str(tmp_path / "r.json")],
         capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "adaptive_avg_pool2d" in proc.stdout and "PASS" in proc.stdout
+    assert "global_avg_pool" in proc.stdout and "PASS" in proc.stdout
     assert any(cache.iterdir())  # the compiled programs, for the next run
     # both cases came back from the workers, in order
     doc = json.loads((tmp_path / "r.json").read_text())
     assert [c["case"] for c in doc["cases"]] == [
-        c.label for c in suite.quick_cases(["adaptive_avg_pool2d"], ["float16"])
-        if c.layout in ("last", "-")]
+        c.label for c in suite.quick_cases(["global_avg_pool"], ["float16"], ["last"])]
+    assert len(doc["cases"]) == 4  # every argument set, and the bad arguments
 
 
 def test_compilation_cache_is_used_and_then_restored(tmp_path):

@@ -37,11 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true",
-                      help="the default grid: each op in every dtype and layout, plus "
-                           "argument variants in float64")
+                      help="the default grid: each op's argument sets once each, in every "
+                           "dtype and both layouts taken in turn (about a minute from "
+                           "nothing stored on two cores)")
     which.add_argument("--full", action="store_true",
-                      help="every argument set in every dtype, both layouts in float64 "
-                           "(a long sweep)")
+                      help="every argument set in every dtype, the main ones in both "
+                           "layouts, every one in both in float64 (a long sweep)")
     p.add_argument("--op", action="append", metavar="OP",
                    help=f"only these ops (repeat or comma-separate): {', '.join(OPS)}")
     p.add_argument("--dtype", action="append", metavar="DTYPE",
@@ -49,9 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=("first", "last"), help="only this layout")
     p.add_argument("--orders", type=int, default=None, metavar="N",
                    help="highest derivative order (default 3)")
-    p.add_argument("--json", type=pathlib.Path, metavar="PATH", help="write results as JSON")
+    p.add_argument("--detail", action="store_true",
+                   help="print a row per case (default: a row per op)")
+    p.add_argument("--json", type=pathlib.Path, metavar="PATH",
+                   help="write results as JSON (every case and check)")
     p.add_argument("--markdown", type=pathlib.Path, metavar="PATH",
-                   help="write results as a Markdown report")
+                   help="write results as a Markdown report (a row per op, then per case)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help=f"worker processes (default: one per CPU, here {runner.default_jobs()}; "
                         "1 runs in this process)")
@@ -81,10 +85,13 @@ def select_cases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
         parser.error(f"--orders must be >= 0, got {args.orders}")
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    make = grid.full_cases if args.full else grid.quick_cases
-    cases = make(ops, dtypes)
-    if args.layout:
-        cases = [c for c in cases if c.layout in (args.layout, "-")]
+    if args.full:
+        cases = grid.full_cases(ops, dtypes)
+        if args.layout:
+            cases = [c for c in cases if c.layout in (args.layout, "-")]
+    else:
+        # The default grid takes the layouts in turn: one layout gets every argument set.
+        cases = grid.quick_cases(ops, dtypes, [args.layout] if args.layout else None)
     if args.orders is not None:
         cases = [dataclasses.replace(c, orders=min(c.orders, args.orders))
                  if isinstance(c, grid.Case) else c for c in cases]
@@ -126,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                          None if args.no_cache else args.cache_dir, done)
     seconds = time.perf_counter() - t0
 
-    report_mod.render_table(results, console, seconds)
+    render = report_mod.render_table if args.detail else report_mod.render_summary
+    render(results, console, seconds)
     if args.json:
         args.json.write_text(report_mod.to_json(results, seconds))
         console.print(f"JSON written to {args.json}")

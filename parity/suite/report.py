@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -15,7 +16,8 @@ from rich.text import Text
 from ..tolerances import TOLERANCE_NOTE
 from .grid import CaseResult
 
-__all__ = ["TOLERANCE_NOTE", "summary", "render_table", "to_json", "to_markdown"]
+__all__ = ["TOLERANCE_NOTE", "OpSummary", "by_op", "summary", "render_summary", "render_table",
+           "to_json", "to_markdown"]
 
 
 def _orders(results: Sequence[CaseResult]) -> list[int]:
@@ -54,9 +56,115 @@ def _fmt(v: float | None) -> str:
 _SHORT_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
+def _errors_only(res: CaseResult) -> bool:
+    return all(r.name.startswith("raises") for r in res.report.rows)
+
+
+def _summary_line(console: Console, results: Sequence[CaseResult],
+                  seconds: float | None) -> None:
+    console.print(summary(results, seconds), highlight=False,
+                  style="bold green" if all(r.ok for r in results) else "bold red")
+
+
+def _print_failures(console: Console, results: Sequence[CaseResult]) -> None:
+    for res in results:
+        if not res.ok:
+            console.print(f"\n{res.case.key}", style="bold red", markup=False, highlight=False)
+            console.print(res.report.format(failures_only=True), markup=False, highlight=False)
+
+
+@dataclasses.dataclass
+class OpSummary:
+    """One op's cases together: how many, their checks, the worst relative error per
+    derivative order (None where no check of that order ran) and which orders failed."""
+
+    op: str
+    cases: int
+    dtypes: tuple[str, ...]
+    layouts: tuple[str, ...]
+    checks: int
+    failed_checks: int
+    errors: int  # bad-argument calls on which both sides must raise
+    failed_errors: int
+    worst: dict[int, float | None]
+    failed_orders: frozenset[int]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_checks and not self.failed_errors
+
+
+def by_op(results: Sequence[CaseResult]) -> list[OpSummary]:
+    """The results gathered per op, in the order the ops first appear."""
+    grouped: dict[str, list[CaseResult]] = {}
+    for res in results:
+        grouped.setdefault(res.case.op, []).append(res)
+    orders = _orders(results)
+    out = []
+    for op, group in grouped.items():
+        cases = [r for r in group if not _errors_only(r)]
+        errors = [row for r in group if _errors_only(r) for row in r.report.rows]
+        rows = [row for r in cases for row in r.report.rows]
+        worst: dict[int, float | None] = {}
+        for o in orders:
+            vals = [row.rel_err for row in rows if row.order == o and not math.isnan(row.rel_err)]
+            worst[o] = max(vals) if vals else None
+        out.append(OpSummary(
+            op, len(cases),
+            tuple(dict.fromkeys(r.case.dtype for r in cases)),
+            tuple(dict.fromkeys(r.case.layout for r in cases)),
+            len(rows), sum(not row.ok for row in rows), len(errors),
+            sum(not row.ok for row in errors), worst,
+            frozenset(row.order for row in rows if not row.ok)))
+    return out
+
+
+def render_summary(results: Sequence[CaseResult], console: Console | None = None,
+                   seconds: float | None = None, failures: bool = True) -> None:
+    """Print one row per op (its cases, checks, worst error per order, bad-argument calls
+    and result; one screen for the default grid), the failing checks in detail, and the
+    summary line."""
+    console = console or Console()
+    orders = _orders(results)
+    table = Table(title="parity: jaxpool vs torch.nn.functional", title_justify="left",
+                  caption="order k: worst relative error of the op's k-th derivative checks "
+                          "over its cases; errors: bad-argument calls on which both raise; "
+                          "--detail: a row per case",
+                  caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("op", no_wrap=True)
+    table.add_column("cases", justify="right", no_wrap=True)
+    table.add_column("checks", justify="right", no_wrap=True)
+    for o in orders:
+        table.add_column(f"order {o}", justify="right", no_wrap=True)
+    table.add_column("errors", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True, min_width=6)
+    bad = "bold red"
+    for s in by_op(results):
+        cells = [Text(_fmt(s.worst[o]), style=bad if o in s.failed_orders else "")
+                 for o in orders]
+        table.add_row(
+            s.op, str(s.cases),
+            Text(f"{s.checks - s.failed_checks}/{s.checks}", style=bad if s.failed_checks else ""),
+            *cells,
+            Text(f"{s.errors - s.failed_errors}/{s.errors}" if s.errors else "-",
+                 style=bad if s.failed_errors else ""),
+            Text("pass", style="green") if s.ok else Text("FAIL", style=bad))
+    console.print(table)
+    console.print(_SHORT_NOTE, style="dim", highlight=False)
+    if failures:
+        _print_failures(console, results)
+    _summary_line(console, results, seconds)
+
+
+_SHORT_NOTE = ("Errors are normwise, max|jax - reference| / max|reference| over a check; "
+               "each dtype's tolerance is in --detail, --markdown and --json.")
+
+
 def render_table(results: Sequence[CaseResult], console: Console | None = None,
                  seconds: float | None = None, failures: bool = True) -> None:
-    """Print the results table, the failing checks in detail, and the summary line."""
+    """Print a row per case (``--detail``), the failing checks in detail, and the summary
+    line."""
     console = console or Console()
     orders = _orders(results)
     table = Table(title="parity: jaxpool vs torch.nn.functional", title_justify="left",
@@ -76,7 +184,7 @@ def render_table(results: Sequence[CaseResult], console: Console | None = None,
         if previous_op is not None and c.op != previous_op:
             table.add_section()
         cells = []
-        errors_only = all(r.name.startswith("raises") for r in res.report.rows)
+        errors_only = _errors_only(res)
         for o in orders:
             if errors_only:
                 cells.append(Text("-"))
@@ -94,14 +202,8 @@ def render_table(results: Sequence[CaseResult], console: Console | None = None,
     console.print(table)
     console.print(TOLERANCE_NOTE, style="dim", highlight=False)
     if failures:
-        for res in results:
-            if not res.ok:
-                console.print(f"\n{res.case.key}", style="bold red", markup=False,
-                              highlight=False)
-                console.print(res.report.format(failures_only=True), markup=False,
-                              highlight=False)
-    console.print(summary(results, seconds), highlight=False,
-                  style="bold green" if all(r.ok for r in results) else "bold red")
+        _print_failures(console, results)
+    _summary_line(console, results, seconds)
 
 
 def _environment() -> dict:
@@ -131,6 +233,13 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
         },
         "environment": _environment(),
         "tolerances": TOLERANCE_NOTE,
+        "ops": [
+            {"op": o.op, "ok": o.ok, "cases": o.cases, "dtypes": list(o.dtypes),
+             "layouts": list(o.layouts), "checks": o.checks, "failed_checks": o.failed_checks,
+             "error_calls": o.errors, "failed_error_calls": o.failed_errors,
+             "worst_rel_err_by_order": {str(k): v for k, v in o.worst.items()}}
+            for o in by_op(results)
+        ],
         "cases": [
             {
                 "op": r.case.op,
@@ -140,6 +249,7 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
                 "orders": r.case.orders,
                 "ok": r.ok,
                 "seconds": round(r.seconds, 3),
+                "cpu_seconds": None if r.cpu_seconds is None else round(r.cpu_seconds, 3),
                 "reference": r.report.reference,
                 "rows": [row.to_dict() for row in r.report.rows],
             }
@@ -160,6 +270,20 @@ def to_markdown(results: Sequence[CaseResult], seconds: float | None = None) -> 
         "",
         f"jax {env['jax']}, torch {env['torch']}, jaxpool {env['jaxpool']}, "
         f"Python {env['python']}.",
+        "",
+        "| op | cases | checks | " + " | ".join(f"order {o}" for o in orders)
+        + " | errors | result |",
+        "|---|---:|---:|" + "---:|" * len(orders) + "---:|---|",
+    ]
+    for o in by_op(results):
+        cells = [_fmt(o.worst[k]) if k not in o.failed_orders else f"**{_fmt(o.worst[k])}**"
+                 for k in orders]
+        errors = f"{o.errors - o.failed_errors}/{o.errors}" if o.errors else "-"
+        lines.append(f"| {o.op} | {o.cases} | {o.checks - o.failed_checks}/{o.checks} | "
+                     + " | ".join(cells) + f" | {errors} | {'pass' if o.ok else '**FAIL**'} |")
+    lines += [
+        "",
+        "## Every case",
         "",
         "| op | case | dtype | layout | " + " | ".join(f"order {o}" for o in orders) + " | result |",
         "|---|---|---|---|" + "---:|" * len(orders) + "---|",
