@@ -67,9 +67,11 @@ import torch
 from . import record_flax, record_torch
 from .convert import TORCH_DTYPES, to_jax, to_numpy, x64
 from .model_report import LayerRow, ModelReport
-from .pairing import Call, WeightMap, match_weights, pair_calls
+from .calls import Call
+from .layout import flax_layout, get_value, is_nnx_module, nnx_modules, set_value
+from .pairing import CallPair, WeightMap, match_weights, pair_calls
 from .tolerances import HALF, Diff, is_float, tolerance
-from .weights import fill, get_value, is_nnx_module, nnx_modules, set_value
+from .weights import fill
 
 __all__ = ["LayerRow", "ModelReport", "assert_model_parity", "compare_layers"]
 
@@ -181,14 +183,14 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         t_run = record_torch.run(t_model, x, torch_weights, gradients=gradients)
         _check_name_map(name_map, t_run.calls, f_trace)
         pairs, unpaired_torch, unpaired_flax = pair_calls(t_run.calls, f_trace, weights,
-                                                          name_map)
+                                                          name_map, channels_last)
         ref_run = None
         if reference == "float64":
             # In shadow mode the reference takes torch's recorded inputs where the Flax side
             # does: at the paired calls (an unpaired torch ReLU computes in the reference
             # as in the Flax port, from what came before it).
             ref_model = copy.deepcopy(t_model).double()
-            t_shadow = {t.start: t for t, _ in pairs} if mode == "shadow" else None
+            t_shadow = {p.torch.start: p.torch for p in pairs} if mode == "shadow" else None
             ref_run = record_torch.run(ref_model, x.astype(np.float64),
                                        lambda ys: [w.astype(np.float64) for w in drawn],
                                        gradients=gradients, shadow=t_shadow)
@@ -200,8 +202,8 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
     by_start = {c.start: c for c in f_run.calls}
     ref_calls = ({c.start: c for c in ref_run.calls} if ref_run is not None else {})
     judge = _Judge(dtype, channels_last, rtol, atol, reference == "float64")
-    concrete = [(t, by_start[f.start], ref_calls.get(t.start)) for t, f in pairs
-                if f.start in by_start]
+    concrete = [(p, by_start[p.flax.start], ref_calls.get(p.torch.start)) for p in pairs
+                if p.flax.start in by_start]
     rows = weight_rows + _output_rows(concrete, judge)
     if f_run.error:  # the port stopped: its last rows are where
         if "" in unpaired_torch:
@@ -243,21 +245,18 @@ def _check_name_map(name_map, t_calls: list[Call], f_calls: list[Call]) -> None:
 
 def _in_flax_layout(t: np.ndarray, flax_shape: tuple, channels_last: bool) -> np.ndarray | None:
     """A torch-side array moved to the Flax side's layout, or None if no move fits."""
-    if channels_last and t.ndim >= 3:
-        moved = np.moveaxis(t, 1, -1)
-        if moved.shape == tuple(flax_shape):
-            return moved
-    return t if t.shape == tuple(flax_shape) else None
+    how = flax_layout(t.shape, flax_shape, channels_last)
+    return None if how is None else np.moveaxis(t, 1, -1) if how == "moved" else t
 
 
-def _shadow(pairs, channels_last) -> dict[int, record_flax.Shadow]:
+def _shadow(pairs: list[CallPair], channels_last) -> dict[int, record_flax.Shadow]:
     """What each paired Flax call takes from its torch call in shadow mode."""
     out = {}
-    for t, f in pairs:
+    for p in pairs:
+        t, f = p.torch, p.flax
         inputs = [_in_flax_layout(a, s.shape, channels_last) for a, s in zip(t.inputs, f.inputs)]
-        f_outs = jax.tree_util.tree_leaves(f.outputs)
         grads = [None if g is None else _in_flax_layout(g, s.shape, channels_last)
-                 for g, s in zip(t.output_grads, f_outs)]
+                 for g, (_, s) in zip(t.output_grads, f.outputs)]
         out[f.start] = record_flax.Shadow(inputs, grads)
     return out
 
@@ -268,8 +267,7 @@ def _flax_loss_weights(drawn, f_trace: list[Call], channels_last) -> list:
     root = [c for c in f_trace if c.path == ""]
     if not root:
         return []
-    shapes = [tuple(a.shape) for a in jax.tree_util.tree_leaves(root[-1].outputs)
-              if jnp.issubdtype(a.dtype, jnp.floating)]
+    shapes = [tuple(a.shape) for _, a in root[-1].outputs if jnp.issubdtype(a.dtype, jnp.floating)]
     ws = [_in_flax_layout(w, s, channels_last) for w, s in zip(drawn, shapes)]
     if len(ws) != len(shapes) or any(w is None for w in ws):
         ws = [np.zeros(s, w.dtype) for s, w in zip(shapes, drawn)]
@@ -349,17 +347,31 @@ def _coarser(leaf_dtype, torch_dtype, run_dtype) -> bool:
     return bits[leaf_dtype] < min(bits[torch_dtype], bits[run_dtype])
 
 
+def _marked(rows: list[LayerRow], pair: CallPair, gap) -> list[LayerRow]:
+    """``rows`` of one pair of calls, marked with how the calls were paired and ``gap``: the
+    modules left unpaired that ran right before them (forward for outputs, backward for
+    gradients)."""
+    for r in rows:
+        if pair.by_position:
+            r.by_position = (pair.torch.type_name, pair.flax.type_name)
+        r.unpaired_before = gap
+    return rows
+
+
 def _output_rows(concrete, judge: _Judge) -> list[LayerRow]:
     rows = []
-    for t, f, ref in concrete:
+    for pair, f, ref in concrete:
+        t = pair.torch
         if len(t.outputs) != len(f.outputs):
-            rows.append(LayerRow("output", t.path, f.path, (), math.inf, math.inf, 0.0, False,
-                                 f"{len(t.outputs)} outputs (torch) vs {len(f.outputs)} (Flax)"))
+            rows += _marked([LayerRow("output", t.path, f.path, (), math.inf, math.inf, 0.0,
+                                      False, f"{len(t.outputs)} outputs (torch) vs "
+                                      f"{len(f.outputs)} (Flax)")], pair, pair.before)
             continue
         refs = ref.outputs if ref is not None else [None] * len(t.outputs)
-        for (leaf, a), (_, b), r in zip(t.outputs, f.outputs, refs):
-            rows.append(judge.row("output", t.path + leaf, f.path + leaf, a, b, 0,
-                                  None if r is None else r[1]))
+        rows += _marked([judge.row("output", t.path + leaf, f.path + leaf, a, b, 0,
+                                   None if r is None else r[1])
+                         for (leaf, a), (_, b), r in zip(t.outputs, f.outputs, refs)],
+                        pair, pair.before)
     return rows
 
 
@@ -369,25 +381,28 @@ def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
     first, each call's parameters (at the module's first call, when its gradient is whole)
     and then the gradient at its input."""
     first_start: dict[str, int] = {}
-    for t, _, _ in concrete:
+    for pair, _, _ in concrete:
+        t = pair.torch
         first_start[t.path] = min(first_start.get(t.path, t.start), t.start)
     by_torch = {p.torch.name: p for p in weights.pairs}
     rows, done = [], set()
-    for t, f, ref in sorted(concrete, key=lambda c: -c[0].start):
-        pair = by_torch.get(t.path)
-        if pair is not None and t.start == first_start[t.path]:
-            rows += _parameter_rows(pair, t_run, f_run, ref_run, judge)
+    for pair, f, ref in sorted(concrete, key=lambda c: -c[0].torch.start):
+        t, weight_pair = pair.torch, by_torch.get(pair.torch.path)
+        at_call = []
+        if weight_pair is not None and t.start == first_start[t.path]:
+            at_call += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge)
             done.add(t.path)
         refs = ref.input_grads if ref is not None else [None] * len(t.input_grads)
         for i, (a, b, r) in enumerate(zip(t.input_grads, f.input_grads, refs)):
             if a is None:
                 continue  # nothing reached this input in torch
             suffix = f"[{i}]" if len(t.input_grads) > 1 else ""
-            rows.append(judge.row("input gradient", t.path + suffix, f.path + suffix, a, b, 1,
-                                  r))
-    for pair in reversed(weights.pairs):
-        if pair.torch.name not in done:
-            rows += _parameter_rows(pair, t_run, f_run, ref_run, judge)
+            at_call.append(judge.row("input gradient", t.path + suffix, f.path + suffix, a, b,
+                                     1, r))
+        rows += _marked(at_call, pair, pair.after)
+    for weight_pair in reversed(weights.pairs):
+        if weight_pair.torch.name not in done:
+            rows += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge)
     return rows
 
 

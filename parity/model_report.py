@@ -14,6 +14,7 @@ __all__ = ["KINDS", "LayerRow", "ModelReport"]
 
 # row kind -> how the table shows it
 KINDS = {"weight": "weight", "output": "out", "gradient": "grad", "input gradient": "in-grad"}
+BY_POSITION = "*"  # marks a row whose calls were paired by position
 
 
 @dataclasses.dataclass
@@ -25,7 +26,13 @@ class LayerRow:
 
     ``abs_err``/``rel_err``: JAX against torch, or, where the comparison has a float64
     reference, against torch run in float64 on the same numbers; then ``ref_err`` is torch's
-    own error against that reference."""
+    own error against that reference.
+
+    ``by_position``: (torch type, Flax type) where the two calls were paired by their
+    position alone (one call left over on each side between the same pairs, with the same
+    shapes; see ``parity.pairing``), None otherwise. ``unpaired_before``: (torch module
+    names, Flax module paths) left unpaired that ran right before this row's calls: before
+    them for an output, after them (backpropagation's order) for a gradient."""
 
     kind: str
     torch_name: str
@@ -38,10 +45,16 @@ class LayerRow:
     note: str = ""
     detail: str = ""
     ref_err: float | None = None
+    by_position: tuple[str, str] | None = None
+    unpaired_before: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
+        d["by_position"] = (None if self.by_position is None else
+                            dict(zip(("torch", "flax"), self.by_position)))
+        d["unpaired_before"] = {side: list(names) for side, names
+                                in zip(("torch", "flax"), self.unpaired_before)}
         for k in ("abs_err", "rel_err", "tol", "ref_err"):
             if d[k] is not None and not math.isfinite(d[k]):
                 d[k] = str(d[k])
@@ -121,8 +134,9 @@ class ModelReport:
             result = (Text("ok", style="green") if r.ok else
                       Text("FAIL <- first divergence" if r is first else "FAIL",
                            style="bold red"))
-            cells = [KINDS.get(r.kind, r.kind), r.torch_name or "(model)",
-                     r.flax_path or "(model)", "x".join(map(str, r.shape)) or "scalar",
+            mark = f" {BY_POSITION}" if r.by_position else ""
+            cells = [KINDS.get(r.kind, r.kind), (r.torch_name or "(model)") + mark,
+                     (r.flax_path or "(model)") + mark, "x".join(map(str, r.shape)) or "scalar",
                      fmt(r.abs_err), fmt(r.rel_err)]
             if self.reference != "torch":
                 cells.append(fmt(r.ref_err))
@@ -147,9 +161,7 @@ class ModelReport:
                     f"{self.mode}; worst error / tolerance {worst:.1e})")
         n_fail = sum(not r.ok for r in self.rows)
         return (f"FAIL: {n_fail} of {len(self.rows)} rows disagree ({self.dtype}, "
-                f"{self.mode}); first divergence: {first.kind} of "
-                f"{first.torch_name or '(model)'} (torch) / {first.flax_path or '(model)'} "
-                "(Flax)")
+                f"{self.mode}); first divergence: {_where(first)}")
 
     def format(self, gradients: bool = True, width: int = 200) -> str:
         """The table as plain text (as wide as it needs, up to ``width``), then what the first
@@ -176,6 +188,14 @@ class ModelReport:
                                                                 or r.torch_name == ""))
         for note in notes:
             say(note)
+        positional = dict.fromkeys((r.torch_name or "(model)", r.flax_path or "(model)",
+                                    r.by_position) for r in self.rows
+                                   if r.by_position and r.kind == "output")
+        if positional:
+            say(f"{BY_POSITION} paired by position (the one call left on each side between "
+                "the same pairs, same shapes): " + ", ".join(
+                    f"{t} ({t_type}) / {f} ({f_type})"
+                    for t, f, (t_type, f_type) in positional))
         for side, names in (("torch", self.unpaired_torch), ("Flax", self.unpaired_flax)):
             if names:
                 say(f"not compared, no counterpart found ({side}, {len(names)}): "
@@ -190,6 +210,20 @@ class ModelReport:
         if not self.ok:
             raise ParityError(self.summary() + "\n" + self.format(gradients=False))
         return self
+
+
+def _where(r: LayerRow) -> str:
+    """Which row fails, in words: its calls, how they were paired, what ran right before."""
+    t_type, f_type = (f" {r.by_position[0]}", f" {r.by_position[1]}") if r.by_position else ("", "")
+    text = (f"{r.kind} of {r.torch_name or '(model)'} (torch{t_type}) / "
+            f"{r.flax_path or '(model)'} (Flax{f_type})")
+    if r.by_position:
+        text += ", paired by position"
+    sides = [f"{', '.join(n or '(model)' for n in names)} ({side})"
+             for side, names in zip(("torch", "Flax"), r.unpaired_before) if names]
+    if sides:
+        text += "; right before it, not compared: " + "; ".join(sides)
+    return text
 
 
 def _hidden(r: LayerRow, gradients: bool, first) -> bool:

@@ -17,7 +17,18 @@ Module calls (``pair_calls``): every recorded call of a module with weights goes
 calls of its weight pair; ``name_map`` entries (any module, with weights or not: residual
 blocks, pooling) and the two models themselves pair their calls; the rest go by kind
 (``kind``) and order, the k-th call of a torch ``MaxPool2d`` with the k-th Flax
-``MaxPool2d``.
+``MaxPool2d``. What is left is paired by position where that is the only reading: between
+two pairs that follow each other on both sides (in the order calls return; the start of
+the run counts as one), each side holding exactly one call left over, of a module without
+weights or a ``name_map`` entry, with the same input and output shapes (an adaptive pool
+ported as a fixed one, a ``MaxPool2d`` ported as another module). A gap holding more than
+one call on either side stays unpaired; a call that encloses pairs (a ``Sequential`` that
+holds compared layers) is structure, not counted. Weights never pair by position: a wrong
+positional pair costs one misleading row, a wrong weight pair a silently wrong load.
+
+This module sits above the layer types and layout rules (``parity.layout``) and the calls
+(``parity.calls``), and below the public ``load_torch_weights`` / ``to_torch_weights``
+(``parity.weights``) and ``compare_layers`` (``parity.layers``).
 """
 
 from __future__ import annotations
@@ -29,39 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from .weights import LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, flax_layers, torch_layers
+from .calls import Call, Run
+from .layout import (LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, flax_layers, flax_layout,
+                     torch_layers)
 
-__all__ = ["Call", "Pair", "Run", "WeightMap", "kind", "match_weights", "pair_calls"]
+__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "kind", "match_weights", "pair_calls"]
 
 
 # --------------------------------------------------------------------------- module calls
-
-
-@dataclasses.dataclass
-class Call:
-    """One call of one module, as a run recorded it. ``inputs`` are its positional array
-    arguments, ``outputs`` its output leaves ((leaf path, array)); ``input_grads`` and
-    ``output_grads`` (parallel to them, None where not differentiated) the loss's
-    cotangents there. ``start`` numbers the calls in the order they begin; a run lists
-    them in the order they return."""
-
-    path: str  # torch module name, or Flax module path
-    type_name: str
-    start: int
-    inputs: list = dataclasses.field(default_factory=list)
-    outputs: list = dataclasses.field(default_factory=list)
-    input_grads: list = dataclasses.field(default_factory=list)
-    output_grads: list = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class Run:
-    """One side's run: its module calls (in the order they return), the gradients of its
-    parameters by name, and ``error`` if the model raised (the calls then stop there)."""
-
-    calls: list[Call]
-    grads: dict[str, np.ndarray]
-    error: str | None = None
 
 
 def kind(type_name: str) -> str:
@@ -73,10 +59,29 @@ def kind(type_name: str) -> str:
     return {"Dense": "Linear", "Embed": "Embedding"}.get(name, name)
 
 
-def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: "WeightMap",
-               name_map: Mapping[str, str]) -> tuple[list[tuple[Call, Call]], list[str], list[str]]:
-    """[(torch call, Flax call)] in torch's order, and the modules of each side left
-    unpaired (each once)."""
+Gap = tuple[tuple[str, ...], tuple[str, ...]]  # (torch module names, Flax module paths)
+
+
+@dataclasses.dataclass
+class CallPair:
+    """A torch call and the Flax call it is compared with. ``by_position``: paired by
+    position alone (see the module docstring). ``before`` / ``after``: the modules of each
+    side left unpaired between this pair and the one before (after) it, in the order calls
+    return; empty where the two sides' pairs are not in the same order there."""
+
+    torch: Call
+    flax: Call
+    by_position: bool = False
+    before: Gap = ((), ())
+    after: Gap = ((), ())
+
+
+def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
+               name_map: Mapping[str, str], channels_last: bool = True
+               ) -> tuple[list[CallPair], list[str], list[str]]:
+    """The pairs of calls in torch's order (both lists in the order calls return), and the
+    modules of each side left unpaired (each once). ``channels_last``: the Flax side's
+    arrays of rank >= 3 may have torch's axis 1 last (``parity.layout.flax_layout``)."""
     fixed = {p.torch.name: p.flax.path for p in weights.pairs}
     fixed.update(name_map)
     fixed[""] = ""  # the models themselves
@@ -85,17 +90,70 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: "WeightMap",
     for c in f_calls:
         k = ("fixed", c.path) if c.path in fixed_flax else ("kind", kind(c.type_name))
         queues.setdefault(k, []).append(c)
-    pairs, unpaired_torch = [], []
+    pairs: list[tuple[Call, Call]] = []
     for c in t_calls:
         k = ("fixed", fixed[c.path]) if c.path in fixed else ("kind", kind(c.type_name))
         queue = queues.get(k)
         if queue:
             pairs.append((c, queue.pop(0)))
-        elif c.path not in unpaired_torch:
-            unpaired_torch.append(c.path)
-    left = sorted((c for q in queues.values() for c in q), key=lambda c: c.start)
-    unpaired_flax = list(dict.fromkeys(c.path for c in left))
-    return pairs, unpaired_torch, unpaired_flax
+    by_position = []
+    for gap in _gaps(t_calls, f_calls, pairs):
+        if gap is None or not len(gap[0]) == len(gap[1]) == 1:
+            continue
+        t, f = gap[0][0], gap[1][0]
+        if t.path not in fixed and f.path not in fixed_flax and _shapes_fit(t, f, channels_last):
+            by_position.append((t, f))
+    t_at = {id(c): i for i, c in enumerate(t_calls)}
+    pairs = sorted(pairs + by_position, key=lambda p: t_at[id(p[0])])
+    positional = {id(t) for t, _ in by_position}
+    gaps = [((), ()) if g is None else
+            (tuple(dict.fromkeys(c.path for c in g[0])), tuple(dict.fromkeys(c.path for c in g[1])))
+            for g in _gaps(t_calls, f_calls, pairs)]
+    out = [CallPair(t, f, id(t) in positional, gaps[i],
+                    gaps[i + 1] if i + 1 < len(gaps) else ((), ()))
+           for i, (t, f) in enumerate(pairs)]
+    paired = {id(c) for p in pairs for c in p}
+    unpaired_torch = list(dict.fromkeys(c.path for c in t_calls if id(c) not in paired))
+    left = sorted((c for c in f_calls if id(c) not in paired), key=lambda c: c.start)
+    return out, unpaired_torch, list(dict.fromkeys(c.path for c in left))
+
+
+def _gaps(t_calls: list[Call], f_calls: list[Call], pairs: list[tuple[Call, Call]]
+          ) -> list[tuple[list[Call], list[Call]] | None]:
+    """For each pair (in torch's order), the calls of each side left unpaired between it and
+    the pair before it (the start of the run, for the first), leaving out calls that enclose
+    a pair; None where the previous pair is not also the previous one on the Flax side."""
+    t_at = {id(c): i for i, c in enumerate(t_calls)}
+    f_at = {id(c): i for i, c in enumerate(f_calls)}
+    paired = {id(c) for p in pairs for c in p}
+    f_rank = {i: r for r, i in enumerate(sorted(f_at[id(f)] for _, f in pairs))}
+
+    def between(calls, at, prev, call):
+        lo = at[id(prev)] + 1 if prev is not None else 0
+        # Calls nest: one that returns after ``prev`` and began before it encloses it.
+        return [c for c in calls[lo:at[id(call)]] if id(c) not in paired
+                and (prev is None or c.start > prev.start)]
+
+    gaps: list[tuple[list[Call], list[Call]] | None] = []
+    t_prev: Call | None = None
+    f_prev: Call | None = None
+    for t, f in sorted(pairs, key=lambda p: t_at[id(p[0])]):
+        want = f_rank[f_at[id(f_prev)]] + 1 if f_prev is not None else 0
+        if f_rank[f_at[id(f)]] != want:
+            gaps.append(None)
+        else:
+            gaps.append((between(t_calls, t_at, t_prev, t), between(f_calls, f_at, f_prev, f)))
+        t_prev, f_prev = t, f
+    return gaps
+
+
+def _shapes_fit(t: Call, f: Call, channels_last: bool) -> bool:
+    """Whether the two calls take and return arrays of the same shapes (each side's layout)."""
+    t_shapes = [a.shape for a in t.inputs] + [a.shape for _, a in t.outputs]
+    f_shapes = [a.shape for a in f.inputs] + [a.shape for _, a in f.outputs]
+    return (len(t.inputs) == len(f.inputs) and len(t.outputs) == len(f.outputs)
+            and all(flax_layout(a, b, channels_last) is not None
+                    for a, b in zip(t_shapes, f_shapes)))
 
 
 # --------------------------------------------------------------------------- weights

@@ -25,8 +25,8 @@ import numpy as np
 
 from .checks import short_exc
 from .convert import output_leaves, to_numpy
-from .pairing import Call, Run
-from .weights import get_value, is_nnx_module, nnx_modules, set_value
+from .calls import Call, Run
+from .layout import get_value, is_nnx_module, nnx_modules, set_value
 
 __all__ = ["Program", "Shadow", "call_order", "order", "program", "run", "trace"]
 
@@ -220,10 +220,10 @@ def _hook(calls: list[Call], probes: list | None, shadow: Mapping[int, Shadow] |
                       for j, y in enumerate(leaves)]
             out = jax.tree_util.tree_unflatten(tree, leaves)
         record.outputs = out
-        if abstract:
+        if abstract:  # as a run's calls hold them: (leaf path, array), here shapes only
             record.inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in record.inputs]
-            record.outputs = jax.tree_util.tree_map(
-                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), out)
+            record.outputs = [(p, jax.ShapeDtypeStruct(a.shape, a.dtype))
+                              for p, a in _leaves(out)]
         calls.append(record)
         return out
 
@@ -258,8 +258,12 @@ def order(calls: list[Call]) -> list[str]:
     return list(dict.fromkeys(c.path for c in sorted(calls, key=lambda c: c.start)))
 
 
+def _leaves(y) -> list[tuple[str, Any]]:
+    return [(p[len("output"):], a) for p, a in output_leaves(y)]
+
+
 def _leaf_arrays(y) -> list[tuple[str, np.ndarray]]:
-    return [(p[len("output"):], to_numpy(a)) for p, a in output_leaves(y)]
+    return [(p, to_numpy(a)) for p, a in _leaves(y)]
 
 
 def run(prog: Program, x, loss_weights: list, calls: list[Call], *, gradients: bool,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .convert import output_leaves, to_numpy, to_torch
-from .pairing import Call, Run
+from .calls import Call, Run
 
 __all__ = ["run"]
 

@@ -333,6 +333,134 @@ def test_name_map_pairs_a_residual_block(residual_net):
                               name_map={"block": "Residual_9"})
 
 
+# --------------------------------------------------------------------------- another kind
+
+
+class TorchPoolNet(torch.nn.Module):
+    """Ends conv2 -> bn2 -> relu -> AdaptiveAvgPool2d(3) -> flatten -> fc; ``relu_module``:
+    the relu is a module (a second call without a Flax counterpart next to the pool)."""
+
+    def __init__(self, relu_module: bool = False):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(4)
+        self.pool1 = torch.nn.AvgPool2d(2, 2)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+        self.relu = torch.nn.ReLU() if relu_module else None
+        self.pool2 = torch.nn.AdaptiveAvgPool2d(3)
+        self.fc = torch.nn.Linear(36, 5)
+
+    def forward(self, x):
+        x = self.pool1(torch.relu(self.bn1(self.conv1(x))))
+        x = self.bn2(self.conv2(x))
+        x = self.relu(x) if self.relu is not None else torch.relu(x)
+        return self.fc(torch.flatten(self.pool2(x), 1))
+
+
+class PoolNet(nn.Module):
+    """The port, with ``jaxpool.linen.AvgPool2d(2, 2)`` where torch has AdaptiveAvgPool2d(3):
+    the same output shape on a 6x6 or 7x7 map, the same windows only on 6x6."""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        def conv_bn(x):
+            x = nn.Conv(4, (3, 3), padding=1)(x)
+            return nn.BatchNorm(use_running_average=not train, epsilon=1e-5)(x)
+
+        x = jaxpool.linen.AvgPool2d(2, 2)(nn.relu(conv_bn(x)))
+        x = jaxpool.linen.AvgPool2d(2, 2)(nn.relu(conv_bn(x)))
+        return nn.Dense(5)(x.transpose(0, 3, 1, 2).reshape(x.shape[0], -1))  # torch's flatten
+
+
+@pytest.mark.parametrize("mode", ["chained", "shadow"])
+def test_a_layer_ported_as_another_kind_is_compared_in_its_place(mode):
+    """The one call left over on each side between the same pairs, with the same shapes, is
+    compared by its position, and the row says so (both kinds)."""
+    torch_net = randomise(TorchPoolNet())
+    report = parity.compare_layers(torch_net, PoolNet(), None, _image(np.float64, (2, 3, 14, 14)),
+                                   mode=mode)
+    first = report.first_divergence
+    assert (first.kind, first.torch_name, first.flax_path) == ("output", "pool2", "AvgPool2d_1"), \
+        report.format()
+    assert first.by_position == ("AdaptiveAvgPool2d", "AvgPool2d")
+    assert report.to_dict()["first_divergence"]["by_position"] == {"torch": "AdaptiveAvgPool2d",
+                                                                   "flax": "AvgPool2d"}
+    assert report.unpaired_torch == [] and report.unpaired_flax == []
+    text = report.format()
+    assert "first divergence: output of pool2 (torch AdaptiveAvgPool2d) / AvgPool2d_1 (Flax " \
+           "AvgPool2d), paired by position" in text
+    assert " pool2 *" in text and " AvgPool2d_1 *" in text
+    assert "* paired by position" in text
+    assert "pool2 (AdaptiveAvgPool2d) / AvgPool2d_1 (AvgPool2d)" in text
+
+
+def test_a_layer_paired_by_position_passes_where_it_agrees():
+    """The clean twin: on a 6x6 map the two pools take the same windows."""
+    twin = parity.compare_layers(randomise(TorchPoolNet()), PoolNet(), None,
+                                 _image(np.float64, (2, 3, 12, 12)))
+    assert twin.ok, twin.format()
+    marked = [(r.kind, r.torch_name) for r in twin.rows if r.by_position]
+    assert marked == [("output", "pool2"), ("input gradient", "pool2")]
+    assert all(r.by_position is None for r in twin.rows if r.torch_name != "pool2")
+
+
+class Activation(nn.Module):
+    """torch's ``torch.relu`` written as a module."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(x)
+
+
+class TorchActivationNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.relu1 = torch.nn.ReLU()
+        self.bn1 = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn1(self.relu1(self.conv1(x)))).mean((2, 3)))
+
+
+class ActivationNet(nn.Module):
+    """relu1 written as a function, the function after bn1 written as a module."""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        x = nn.relu(nn.Conv(4, (3, 3), padding=1)(x))
+        x = Activation()(nn.BatchNorm(use_running_average=not train, epsilon=1e-5)(x))
+        return nn.Dense(5)(x.mean((1, 2)))
+
+
+def test_a_module_written_as_a_function_is_listed_not_paired():
+    """relu1 has nothing between conv1 and bn1 on the Flax side, and Activation_0 nothing
+    between bn1 and fc on torch's: both are listed, neither is paired, though their shapes
+    agree."""
+    report = parity.compare_layers(randomise(TorchActivationNet()), ActivationNet(), None,
+                                   _image(np.float64))
+    assert report.ok, report.format()
+    assert report.unpaired_torch == ["relu1"] and report.unpaired_flax == ["Activation_0"]
+    assert all(r.by_position is None for r in report.rows)
+    assert "not compared, no counterpart found (torch, 1): relu1" in report.format()
+
+
+def test_a_gap_of_two_calls_is_listed_and_named_at_the_first_divergence():
+    """torch's relu module and adaptive pool against the port's AvgPool2d alone: which is
+    which is a guess, so none is paired; the first divergence (fc) says they ran right
+    before it."""
+    report = parity.compare_layers(randomise(TorchPoolNet(relu_module=True)), PoolNet(), None,
+                                   _image(np.float64, (2, 3, 14, 14)))
+    assert "first divergence: output of fc (torch) / Dense_0 (Flax); right before it, not " \
+           "compared: relu, pool2 (torch); AvgPool2d_1 (Flax)" in report.format(), report.format()
+    assert report.to_dict()["first_divergence"]["unpaired_before"] == {
+        "torch": ["relu", "pool2"], "flax": ["AvgPool2d_1"]}
+    assert report.unpaired_torch == ["relu", "pool2"] and report.unpaired_flax == ["AvgPool2d_1"]
+    assert all(r.by_position is None for r in report.rows)
+
+
 # --------------------------------------------------------------------------- an nnx port
 
 
