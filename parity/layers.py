@@ -11,8 +11,9 @@ Both models run on the same input (``x`` in torch's layout; channels-first is mo
 channels-last for the Flax side unless ``channels_last=False`` or ``to_flax=`` says
 otherwise). Every module call is recorded on both sides (``parity.record_torch``,
 ``parity.record_flax``) and the calls are paired (``parity.pairing``: modules with
-weights through the weight pairing, the rest by ``name_map``, kind and order). Rows, in the
-order a reader should meet them:
+weights through the weight pairing, the rest by ``name_map``, kind and order, and a call
+left alone on each side between the same pairs, with the same shapes, by its position: its
+rows say so, ``LayerRow.by_position``). Rows, in the order a reader should meet them:
 
 * ``weight``: every mapped Flax leaf against torch's tensor through the layout rule (exact:
   a leaf of lower precision must hold torch's value rounded to it; the run then computes
