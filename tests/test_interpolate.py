@@ -274,13 +274,13 @@ def _program_ops(fn, x) -> int:
     return len(re.findall(r"\bstablehlo\.[a-z_]+", jax.jit(fn).lower(x).as_text()))
 
 
-# Arbitrary scales of each kind of axis (copies, two taps, four taps) beside the integer
-# scale's program: the Mask R-CNN mask resize (1.9355 on 51x124), a downscale, larger extents.
+# Arbitrary scales of copying and interpolating axes beside the integer scale's program:
+# the Mask R-CNN mask resize (1.9355 on 51x124), a downscale, larger extents.
 PROGRAM_SIZE_CASES = [((2, 1, 51, 124), 1.9355), ((2, 1, 51, 124), 1.37),
                       ((2, 1, 51, 124), 0.61), ((2, 1, 200, 300), 1.9355)]
 
 
-@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_program_size_does_not_grow_with_the_ratio_or_extents(mode):
     """The forward and gradient programs at an arbitrary scale are within a few times the
     x2 program's size, whatever the ratio and extents: nearest at 1.9355 lowered to one
