@@ -1,12 +1,15 @@
 """Max unpooling as the transpose of the max-pool pick: the JAX side of
 :func:`jaxpool.placement.plan_max_unpool`.
 
-Each index names an element of its own window, so for every tap of the window (one offset
-per spatial axis) a select keeps the values whose index names that tap, and the taps are
-placed by an interleave (windows that do not overlap: a stack and a reshape) or by strided
-pads (overlapping windows; a later window replaces an earlier one, as torch's CPU kernel
-writes in input order). Selects, pads, reshapes and slices only: JAX's derivatives of any
-order, in either mode, hold no scatter or gather.
+Each index names an element of its own window. Windows that do not overlap (SegNet's 2x2)
+are placed in one pass: every value and index repeated over its window's span (a broadcast
+and a reshape), and each output element keeps its value where the index names it. Their
+derivatives take the same placement tap by tap (a select per tap, then an interleave by a
+stack and a reshape), whose transpose is slices, selects and sums: the repeat's transpose,
+a sum over each window's span, is 2-3x slower on XLA:CPU. Overlapping windows place each
+tap by a strided pad (a later window replaces an earlier one, as torch's CPU kernel writes
+in input order). Broadcasts, selects, pads, reshapes and slices only: JAX's derivatives of
+any order, in either mode, hold no scatter or gather.
 """
 
 from __future__ import annotations
@@ -52,11 +55,60 @@ def _tap_masks(plan: UnpoolPlan, indices: jax.Array) -> dict:
 @functools.partial(jax.jit, static_argnums=0)
 def max_unpool(plan: UnpoolPlan, x: jax.Array, indices: jax.Array) -> jax.Array:
     """torch's output: zeros, and each value at the element its index names."""
-    masks = _tap_masks(plan, indices)
-    zero = jnp.zeros((), x.dtype)
     if plan.strategy == "interleave":
-        return _interleaved(plan, x, masks, zero)
-    return _padded(plan, x, masks, zero)
+        return _repeated(plan, x, indices)
+    return _padded(plan, x, _tap_masks(plan, indices), jnp.zeros((), x.dtype))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _repeated(plan: UnpoolPlan, x: jax.Array, indices: jax.Array) -> jax.Array:
+    """Windows that do not overlap, in one pass: output element ``p`` lies in window
+    ``(p + pad_lo) // stride`` at tap ``(p + pad_lo) % stride`` (per axis), so it holds that
+    window's value where the window's index is ``p`` and the tap is a real one."""
+    values = _spread(plan, x, jnp.zeros((), x.dtype))
+    named = _spread(plan, indices, jnp.zeros((), indices.dtype))
+    shape = values.shape
+    extents = [p.in_size for p in plan.axes]
+    keep = None
+    target = None
+    for i, (axis, axis_plan, k, s) in enumerate(zip(plan.spatial_axes, plan.axes,
+                                                     plan.kernel, plan.stride)):
+        position = lax.broadcasted_iota(indices.dtype, shape, axis)
+        at = position + axis_plan.pad_lo
+        real = (at % s < k) & (at // s < axis_plan.out_size)
+        term = position * math.prod(extents[i + 1:])
+        target = term if target is None else target + term
+        keep = real if keep is None else keep & real
+    return lax.select(keep & (named == target), values,
+                      jnp.broadcast_to(jnp.zeros((), x.dtype), shape))
+
+
+@_repeated.defjvp
+def _repeated_jvp(plan: UnpoolPlan, primals, tangents):
+    # The tangent is the same linear placement of the tangent values (bit for bit: both
+    # copy), written tap by tap so that its transpose is slices and selects, not a sum
+    # over each window's span.
+    x, indices = primals
+    return (_repeated(plan, x, indices),
+            _interleaved(plan, tangents[0], _tap_masks(plan, indices),
+                         jnp.zeros((), x.dtype)))
+
+
+def _spread(plan: UnpoolPlan, a: jax.Array, fill: jax.Array) -> jax.Array:
+    """``a`` (pooled) with each element repeated ``stride`` times along each spatial axis,
+    cropped by the left padding and fitted (``fill``) to the unpooled extents."""
+    strides = dict(zip(plan.spatial_axes, plan.stride))
+    expanded, dims = [], []
+    for axis, n in enumerate(a.shape):
+        dims.append(len(expanded))
+        expanded += [n, strides[axis]] if axis in strides else [n]
+    repeated = lax.broadcast_in_dim(a, tuple(expanded), tuple(dims)).reshape(
+        tuple(n * strides.get(axis, 1) for axis, n in enumerate(a.shape)))
+    widths = [(0, 0, 0)] * a.ndim
+    for axis, axis_plan in zip(plan.spatial_axes, plan.axes):
+        lo = -axis_plan.pad_lo
+        widths[axis] = (lo, axis_plan.in_size - (repeated.shape[axis] + lo), 0)
+    return lax.pad(repeated, fill, widths)
 
 
 def _interleaved(plan: UnpoolPlan, x, masks, zero):
@@ -111,13 +163,29 @@ def _padded(plan: UnpoolPlan, x, masks, zero):
     return out
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def max_unpool_checked(plan: UnpoolPlan, x: jax.Array, indices: jax.Array
-                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """:func:`max_unpool`, and how many indices name no tap of their own window, with the
-    flat position of the first (for the error message). One program, so that an eager
-    call compiles once; under an outer jit the counts are dropped and cost nothing."""
-    masks = _tap_masks(plan, indices)
-    missing = ~functools.reduce(jnp.logical_or, masks.values())
-    return (max_unpool(plan, x, indices), jnp.sum(missing, dtype=jnp.int32),
-            jnp.argmax(missing.reshape(-1)))
+                       ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """:func:`max_unpool`, how many indices name no tap of their own window, and the flat
+    position of the first (for the error message; None where there is none, or where the
+    count is traced). The op and the count are one program (an eager call compiles once
+    and pays one reduction of the indices, a fraction of the op); the first is looked for
+    only when the count says an error is coming. Under an outer jit the count is dropped
+    and costs nothing."""
+    out, count = _placed_and_unplaced(plan, x, indices)
+    if isinstance(count, jax.core.Tracer) or not int(count):
+        return out, count, None
+    return out, count, _first_unplaced(plan, indices)
+
+
+def _unplaced(plan: UnpoolPlan, indices: jax.Array) -> jax.Array:
+    return ~functools.reduce(jnp.logical_or, _tap_masks(plan, indices).values())
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _placed_and_unplaced(plan: UnpoolPlan, x: jax.Array, indices: jax.Array):
+    return max_unpool(plan, x, indices), jnp.sum(_unplaced(plan, indices), dtype=jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _first_unplaced(plan: UnpoolPlan, indices: jax.Array) -> jax.Array:
+    return jnp.argmax(_unplaced(plan, indices).reshape(-1))

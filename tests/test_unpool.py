@@ -150,6 +150,21 @@ def test_under_jit_an_index_outside_its_window_is_dropped():
     np.testing.assert_array_equal(np.asarray(got), expected.numpy().astype(np.float32))
 
 
+def test_under_jit_an_index_between_windows_is_dropped(x64):
+    """Stride 3, kernel 2: element 2 of each row lies in no window, though within the span
+    that the window's value is repeated over (the one-pass placement keeps real taps only)."""
+    source = torch.from_numpy(np.random.default_rng(4).standard_normal((1, 2, 6, 6)))
+    values, indices = F.max_pool2d(source, 2, 3, return_indices=True)
+    moved = indices.clone()
+    moved[0, 0, 0, 0] = 2
+    got = jax.jit(lambda v, i: jaxpool.max_unpool2d(v, i, 2, 3, output_size=(6, 6)))(
+        values.numpy(), moved.numpy())
+    dropped = values.clone()
+    dropped[0, 0, 0, 0] = 0.0
+    expected = F.max_unpool2d(dropped, indices, 2, 3, output_size=(6, 6))
+    np.testing.assert_array_equal(np.asarray(got), expected.numpy())
+
+
 def test_output_size_forms_and_limits():
     x = torch.ones(1, 1, 2, 4)
     for size in [None, (4, 8), (5, 9), (3, 7), (1, 1, 5, 9), torch.Size([1, 1, 4, 8])]:
