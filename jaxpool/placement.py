@@ -2,9 +2,9 @@
 
 Both ops copy: every output element is an input element or a fill. The plans here check the
 arguments (raising before any computation) and say, per spatial axis, where the elements go;
-:mod:`jaxpool._unpool` and :mod:`jaxpool._pad` turn a plan into selects, strided pads,
-interleaves, slices, reversals and concatenations, so that no derivative holds a scatter or
-a gather.
+:mod:`jaxpool._unpool` and :mod:`jaxpool._pad` turn a plan into broadcasts, selects, strided
+pads, interleaves, slices, reversals and concatenations, so that no derivative holds a
+scatter or a gather.
 
 Unpooling is the transpose of the max-pool pick: the indices of
 ``max_pool(..., return_indices=True)`` lie inside their own window, so each window's value
@@ -73,8 +73,10 @@ def choose_unpool_strategy(plan: UnpoolPlan) -> str:
     """How the values reach their taps (the one place this is chosen):
 
     - ``interleave``: windows do not overlap on any axis (``stride >= kernel``, SegNet's
-      2x2): each tap's values (where the index names that tap, else zero) are interleaved
-      along each axis by a stack and a reshape, then cropped to the output;
+      2x2): in one pass, each output element takes its window's value (repeated over the
+      window's span) where the window's index names it; the derivatives interleave each
+      tap's values (where the index names that tap, else zero) along each axis by a stack
+      and a reshape, then crop to the output;
     - ``pads``: overlapping windows: each tap's values are spread to their positions by a
       strided pad, and a later window's value replaces an earlier one's (torch's CPU kernel
       writes in input order, so the last window naming an element wins).
