@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py")
+SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py",
+           "torchax_train.py")
 
 
 def run(script: str, *args: str, out: Path | None = None, env_extra: dict | None = None):
@@ -96,3 +97,13 @@ def test_segment(tmp_path):
     assert m["parity_ok"] == {"float64": True, "float32": True}
     assert len(m["losses"]) == 3 and "test pixel accuracy" in proc.stdout
     assert "MaxUnpool2d_1" in proc.stdout and "ReflectionPad2d_4" in proc.stdout
+
+
+def test_torchax_train(tmp_path):
+    proc = run("torchax_train.py", "--steps", "2", "--batch-size", "4", "--width", "4",
+               out=tmp_path)
+    m = metrics(tmp_path, "torchax_train_metrics.json")
+    assert m["ok"] and len(m["losses"]) == 2
+    assert m["report"]["torchax + jaxpool"]["select_and_scatter"] == 0
+    assert m["report"]["torchax alone"]["select_and_scatter"] > 0
+    assert "jitted step" in proc.stdout
