@@ -11,7 +11,7 @@ machine.
 
 Run from the repository root:
 
-    python -m benchmarks.parity_floor              # every case: about 10 minutes on 2 cores
+    python -m benchmarks.parity_floor              # every case: 6 minutes on 2 cores
     python -m benchmarks.parity_floor --every 3    # every third case
 
 Prints seconds of CPU (this process's user and system time) and of wall clock, by op and
