@@ -71,7 +71,7 @@ def forced(strategy: str | None):
 
     def choose(plan):
         chosen = original(plan)
-        if chosen in ("phases", "matrix") and not plan.copies:
+        if chosen in ("phases", "selections", "matrix") and not plan.copies:
             if strategy == "phases" and plan.phases() is None:
                 return chosen
             return strategy
@@ -136,7 +136,7 @@ def _sides(cell: Cell) -> dict:
     if not cell.shuffle:
         _, plan = plan_interpolate("", cell.shape, np.float32, **cell.kwargs)
         kinds = set(plan.strategies)
-        if kinds & {"phases", "matrix"} and not all(p.copies for p in plan.axes):
+        if kinds & {"phases", "selections", "matrix"} and not all(p.copies for p in plan.axes):
             for strategy in ("matrix", "phases"):
                 sides[f"jaxpool-{strategy}"] = (_jaxpool_op(cell), strategy)
     image = _jax_image(cell)
