@@ -213,6 +213,10 @@ FULL = (
     max_((32, 192, 28, 28), 3, 1, 1),
     max_((16, 64, 112, 112), 2),
     max_((32, 192, 56, 56), 3, 2, ceil_mode=True, channels_last=True),
+    # average pooling's common cases where a peer led: DenseNet's 2x2 transition in flax's
+    # own layout, and adaptive upsampling by a non-integer ratio
+    avg((16, 64, 56, 56), 2, channels_last=True),
+    adaptive((16, 64, 9, 9), 12),
 )
 
 # The default: one cell per kind of behaviour (ragged, keras-wrong, overlapping, ceil,

@@ -7,6 +7,7 @@ shapes from these plans; :mod:`jaxpool.pooling` computes them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -19,12 +20,17 @@ from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_poo
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """A whole op: input layout, one plan per spatial axis, and the divisor rule."""
+    """A whole op: input layout, one plan per spatial axis, and the divisor rule.
+
+    ``elementwise_cotangent``: the pooled sums feed an elementwise chain inside the op
+    (LP pooling's power and root), which reverse mode runs on the cotangent before the
+    pooling's own transpose (see :func:`~jaxpool.windows.choose_tangent`)."""
 
     input_shape: tuple[int, ...]
     spatial_axes: tuple[int, ...]
     axes: tuple[AxisPlan, ...]
     divisor_override: int | None = None
+    elementwise_cotangent: bool = False
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -38,7 +44,8 @@ class PoolPlan:
     @property
     def tangents(self) -> tuple[str, ...]:
         """Each spatial axis's derivative rule (see :func:`~jaxpool.windows.choose_tangent`)."""
-        return tuple(p.tangent(*where) for p, where in zip(self.axes, self._placement()))
+        return tuple(p.tangent(*where, elementwise_cotangent=self.elementwise_cotangent)
+                     for p, where in zip(self.axes, self._placement()))
 
     def _placement(self) -> list[tuple[bool, int]]:
         """Per spatial axis: whether it is innermost, and the elements after it with later
@@ -136,8 +143,9 @@ def plan_lp_pool(op: str, shape, dtype, ndim: int, norm_type, kernel_size, strid
                  ceil_mode=False, channels_last=False) -> PoolPlan:
     """torch's lp_pool windows: average pooling's, with no padding."""
     check_norm_type(norm_type)
-    return plan_avg_pool(op, shape, dtype, ndim, kernel_size, stride, 0, ceil_mode, True,
+    plan = plan_avg_pool(op, shape, dtype, ndim, kernel_size, stride, 0, ceil_mode, True,
                          None, channels_last)
+    return dataclasses.replace(plan, elementwise_cotangent=True)
 
 
 def check_norm_type(norm_type) -> float:

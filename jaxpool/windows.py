@@ -16,7 +16,7 @@ from dataclasses import dataclass
 # slice, reshape, broadcast, reduce-sum, select and dot, so no derivative contains a scatter.
 STRATEGIES = ("identity", "sums", "blocks", "repeat", "taps", "matrix")
 # How derivatives are computed along an axis (see choose_tangent).
-TANGENTS = ("identity", "values", "reduce_window", "rows", "matrix", "taps")
+TANGENTS = ("identity", "values", "reduce_window", "rows", "matrix", "taps", "blocks")
 
 # Beyond this window length, one strided slice per offset makes a program that grows with
 # the window; the window-matrix product does not.
@@ -91,8 +91,9 @@ class AxisPlan:
                 holding[r].append(i)
         return tuple(tuple(h) for h in holding)
 
-    def tangent(self, innermost: bool = False, row_length: int = 1) -> str:
-        return choose_tangent(self, innermost, row_length)
+    def tangent(self, innermost: bool = False, row_length: int = 1,
+                elementwise_cotangent: bool = False) -> str:
+        return choose_tangent(self, innermost, row_length, elementwise_cotangent)
 
 
 def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1) -> str:
@@ -103,10 +104,13 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
 
     - ``identity``: every window is one element, in order (nothing to do);
     - ``blocks``: windows tile the axis back to back: reshape and sum. First on an outer
-      axis with long rows (channels-last): its transpose is a broadcast that copies whole
-      rows, and XLA does not fold it into its consumers (measured on XLA:CPU: 32x56x56x64
-      -> 7 channels-last gradient 5.4 -> 1.8 ms against ``sums``, whose slices XLA copies
-      into the broadcast that follows, once per output element);
+      axis with long rows (channels-last) for windows longer than ``MAX_SHORT_TAPS``: its
+      transpose is a broadcast that copies whole rows, and XLA does not fold it into its
+      consumers (measured on XLA:CPU: 32x56x56x64 -> 7 channels-last gradient 5.4 -> 1.8
+      ms against ``sums``, whose slices XLA copies into the broadcast that follows, once
+      per output element). Shorter tiles take ``taps`` for their values (16x56x56x64 k2
+      channels-last forward 0.4-0.5x ``blocks``'s, which XLA:CPU runs on one thread) and
+      ``blocks`` for their derivatives (see :func:`choose_tangent`);
     - ``taps`` first for short equal windows (kernel 2 or 3): a few strided slices beat
       the alternatives in every mode (measured on XLA:CPU: 64x64x56x56 k2 forward 6.9 ->
       1.2 ms, gradient 37 -> 18 ms against ``blocks``; 32x256x14x14 k3 s2 p1 forward
@@ -123,7 +127,8 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
         if length == 1 and stride == 1 and plan.starts[0] == 0 and plan.pad_lo == 0 \
                 and plan.out_size == plan.in_size:
             return "identity"
-    if tiles and not innermost and row_length >= MIN_BROADCAST_ROW:
+    if (tiles and not innermost and row_length >= MIN_BROADCAST_ROW
+            and plan.lengths[0] > MAX_SHORT_TAPS):
         return "blocks"
     if plan.uniform and plan.lengths[0] <= MAX_SHORT_TAPS:
         return "taps"
@@ -140,7 +145,8 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
     return "matrix"
 
 
-def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1) -> str:
+def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
+                   elementwise_cotangent: bool = False) -> str:
     """Pick how derivatives along one axis are computed (the same linear map either way).
 
     Every rule adds only each window's own elements, in both modes and at every order, so
@@ -162,6 +168,19 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
       output: its values are slower (XLA writes each padded slice out), its derivatives
       faster (measured on XLA:CPU, ceil_mode 16x64x56x56 k3 s2 p1: second derivative 5.5
       ms against 21 ms for differentiating the values' form);
+    - ``blocks``: reshape and sum, for windows up to ``MAX_SHORT_TAPS`` long that tile the
+      axis (``avg_pool2d(x, 2)``), whatever the values' strategy: its transpose is a
+      broadcast, which XLA:CPU fuses with the forward's strided slices into one pass over
+      the gradient on every thread (the values' own ``blocks`` ended in one single-threaded
+      fusion; a ``reduce_window`` transpose is a pass per axis). Measured on XLA:CPU, side
+      by side against the rules it replaces, gradient and second derivative: 16x56x56x64
+      k2 channels-last 0.43x and 0.36x, 64x64x56x56 k2 0.89x and 0.35x, 32x256x14x14 k2
+      0.53x and 0.17x, 32x64x33x33 k3 1.0-1.2x and 0.33-0.42x (keeping ``reduce_window``
+      on its innermost axis: 1.5-1.9x). Not where the cotangent reaching the pooling is
+      an elementwise chain of the op's own (``elementwise_cotangent``, LP pooling): XLA
+      fuses that chain and the forward into the broadcast and recomputes them for every
+      input element (lp_pool2d(x, 2, 2) on 8x64x32x32: gradient 1.7x, second derivative
+      2.0x the rules below);
     - ``reduce_window``: one ``lax.reduce_window`` sum, for ``blocks`` and ``taps`` of
       windows up to ``MAX_SHORT_TAPS`` long on the innermost axis when the matrix is small
       (their own transposes run slowly on XLA:CPU there; measured on XLA:CPU against the
@@ -179,6 +198,9 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1)
         return "rows"
     if strategy == "matrix":
         return "matrix"
+    if (not elementwise_cotangent and strategy in ("blocks", "taps") and plan.uniform
+            and plan.lengths[0] == plan.stride and plan.lengths[0] <= MAX_SHORT_TAPS):
+        return "blocks"
     if (innermost and strategy in ("blocks", "taps") and plan.lengths[0] <= MAX_SHORT_TAPS
             and plan.in_size * plan.out_size <= MAX_TANGENT_MATRIX):
         return "reduce_window"
