@@ -13,6 +13,12 @@ differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of sum(y**2)), 
 (gradient of that gradient's squared norm) under jax.jit, and `eager-fwd` / `eager-grad`
 (repeat calls without jax.jit; jaxpool's eager max_unpool also checks that every index lies
 in its window).
+
+`floor` (forward modes only): a jitted program that reads the bytes the op must read (the
+input, and max_unpool's indices) and writes an output-sized array, each byte once, with no
+choice of source: a constant pad to the output's shape (for max_unpool, of the values where
+the index is non-negative, spread by a strided pad). It is this machine's memory bandwidth
+for the cell, timed beside the sides.
 """
 
 from __future__ import annotations
@@ -38,12 +44,16 @@ class Cell:
     shape: tuple[int, ...]  # the input: pooled values for max_unpool
     op: str                 # "unpool" | "pad"
     mode: str = ""          # pad's mode
+    width: int = 0          # pad's entry on every side of every spatial axis
 
 
 CELLS = (
     Cell("SegNet max_unpool 2x2, 4x64x112x112 -> 224", (4, 64, 112, 112), "unpool"),
-    Cell("ReflectionPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "reflect"),
-    Cell("ReplicationPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "replicate"),
+    Cell("max_unpool2d 2x2, 4x128x28x28", (4, 128, 28, 28), "unpool"),
+    Cell("ReflectionPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "reflect", 3),
+    Cell("ReplicationPad2d(3), 8x64x128x128", (8, 64, 128, 128), "pad", "replicate", 3),
+    Cell("ReflectionPad2d(1), 4x256x64x64", (4, 256, 64, 64), "pad", "reflect", 1),
+    Cell("ReplicationPad3d(2), 2x32x24^3", (2, 32, 24, 24, 24), "pad", "replicate", 2),
 )
 JNP_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
@@ -82,10 +92,27 @@ def _ops(cell: Cell, indices):
         return (lambda t: F.max_unpool2d(t, it, 2),
                 {"jaxpool": (lambda x, i: jaxpool.max_unpool2d(x, i, 2), ij),
                  "jnp scatter": (scatter, ij)})
-    widths = ((0, 0), (0, 0), (3, 3), (3, 3))
-    return (lambda t: F.pad(t, (3, 3, 3, 3), cell.mode),
-            {"jaxpool": (lambda x, _: jaxpool.pad(x, (3, 3, 3, 3), cell.mode), None),
+    spatial = len(cell.shape) - 2
+    pads = (cell.width,) * (2 * spatial)
+    widths = ((0, 0), (0, 0)) + ((cell.width, cell.width),) * spatial
+    return (lambda t: F.pad(t, pads, cell.mode),
+            {"jaxpool": (lambda x, _: jaxpool.pad(x, pads, cell.mode), None),
              "jnp.pad": (lambda x, _: jnp.pad(x, widths, mode=JNP_MODES[cell.mode]), None)})
+
+
+def _floor(cell: Cell):
+    """The cell's floor program (see the module docstring): (x, extra) -> output-sized."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    spatial = len(cell.shape) - 2
+    if cell.op == "unpool":
+        widths = [(0, 0, 0)] * 2 + [(0, 1, 1)] * spatial
+        return jax.jit(lambda x, i: lax.pad(jnp.where(i >= 0, x, 0), jnp.zeros((), x.dtype),
+                                            widths))
+    widths = [(0, 0, 0)] * 2 + [(cell.width, cell.width, 0)] * spatial
+    return jax.jit(lambda x, _: lax.pad(x, jnp.zeros((), x.dtype), widths))
 
 
 def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
@@ -117,18 +144,23 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 notes[name] = f"wrong ({wrong})"
                 continue
             fns[name] = (lambda fn=fn, extra=extra: jax.block_until_ready(fn(x, extra)))
+        if base == "fwd":
+            floor = _floor(cell)
+            fns["floor"] = (lambda floor=floor, extra=sides["jaxpool"][1]:
+                            jax.block_until_ready(floor(x, extra)))
         timed = measure_against_torch(fns, torch_op, t, base, reps, min_sample_s)
         rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
 
-SIDES = ("jaxpool", "jnp.pad", "jnp scatter", "torch", "torch-1t")
+SIDES = ("jaxpool", "jnp.pad", "jnp scatter", "torch", "torch-1t", "floor")
 PEERS = ("jnp.pad", "torch", "torch-1t")  # the scatter is a reference, not a correct peer
 
 
 def markdown(rows: list[dict], meta: str) -> str:
-    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / fastest peer |",
-             "|---|---|" + "---|" * (len(SIDES) + 1)]
+    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES)
+             + " | jaxpool / fastest peer | jaxpool / floor |",
+             "|---|---|" + "---|" * (len(SIDES) + 2)]
     for r in rows:
         ms = r["ms"]
         cells = []
@@ -139,7 +171,9 @@ def markdown(rows: list[dict], meta: str) -> str:
                 cells.append("wrong" if side in r["notes"] else "")
         peers = [ms[s] for s in PEERS if s in ms]
         ratio = f"{ms['jaxpool'] / min(peers):.2f}x" if peers and "jaxpool" in ms else ""
-        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells) + f" | {ratio} |")
+        over = f"{ms['jaxpool'] / ms['floor']:.2f}x" if "floor" in ms and "jaxpool" in ms else ""
+        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells)
+                     + f" | {ratio} | {over} |")
     notes = sorted({f"{r['cell']}: {side} {why}" for r in rows
                     for side, why in r["notes"].items()})
     if notes:
