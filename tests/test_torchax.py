@@ -5,21 +5,27 @@ whole small models, and the import step for torchax 0.0.13 on a newer torch."""
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import jaxpool.torchax as jt
-from parity.convert import x64 as x64_mode
-from tests import torchax_models
+if sys.version_info < (3, 11):  # torchax's releases need 3.11; from 3.11 on it is installed
+    pytest.skip("torchax needs Python >= 3.11", allow_module_level=True)
+
+import jaxpool.torchax as jt  # noqa: E402
+from parity.convert import x64 as x64_mode  # noqa: E402
+from tests import torchax_models  # noqa: E402
+from tests.torchax_models import CASES, Call, first, nan_at  # noqa: E402
 
 torchax = jt.torchax
+aten = torch.ops.aten
 
 
 @pytest.fixture(scope="module")
@@ -28,102 +34,6 @@ def env():
         environment = jt.install(torchax.default_env())
         yield environment
         jt.uninstall(environment)
-
-
-def nan_at(x):
-    x = x.clone()
-    x.view(-1)[5] = float("nan")
-    return x
-
-
-def pool_then_unpool(d, k, s):
-    pool, unpool = getattr(F, f"max_pool{d}d"), getattr(F, f"max_unpool{d}d")
-    return lambda x: unpool(*pool(x, k, s, return_indices=True), k, s, output_size=x.shape[2:])
-
-
-aten = torch.ops.aten
-# name: (function of one tensor, input shape, exact: values are torch's bit for bit)
-CASES = {
-    "avg_pool1d ceil": (lambda x: F.avg_pool1d(x, 3, 2, ceil_mode=True), (2, 3, 8), False),
-    "avg_pool2d ceil": (lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), (2, 3, 8, 8), False),
-    "avg_pool2d pad no-count": (lambda x: F.avg_pool2d(x, 3, 2, 1, True, False), (1, 2, 7, 8),
-                                False),
-    "avg_pool2d divisor": (lambda x: F.avg_pool2d(x, 2, divisor_override=3), (1, 2, 6, 6), False),
-    "avg_pool3d ceil": (lambda x: F.avg_pool3d(x, 3, 2, ceil_mode=True), (1, 2, 6, 6, 5), False),
-    "lp_pool2d": (lambda x: F.lp_pool2d(x, 2.0, 2), (1, 2, 6, 6), False),
-    "lp_pool1d": (lambda x: F.lp_pool1d(x, 3.0, 3, 2), (1, 2, 9), False),
-    "max_pool1d": (lambda x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9), True),
-    "max_pool2d ceil": (lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (2, 3, 8, 8), True),
-    "max_pool2d dilation": (lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2), (1, 2, 8, 8), True),
-    "max_pool2d indices": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
-                           (1, 2, 8, 8), True),
-    "max_pool3d indices ceil": (lambda x: F.max_pool3d(x, 2, 2, ceil_mode=True,
-                                                       return_indices=True), (1, 2, 5, 5, 4), True),
-    "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 4), (1, 2, 9), False),
-    "adaptive_avg_pool2d ragged": (lambda x: F.adaptive_avg_pool2d(x, (3, 5)), (1, 2, 7, 8),
-                                   False),
-    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, 2), (1, 2, 5, 5, 3), False),
-    "adaptive_max_pool1d": (lambda x: F.adaptive_max_pool1d(x, 4), (1, 2, 9), True),
-    "adaptive_max_pool2d indices": (lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
-                                    (1, 2, 7, 8), True),
-    "adaptive_max_pool3d": (lambda x: F.adaptive_max_pool3d(x, 2), (1, 2, 5, 5, 3), True),
-    "nearest 1d scale": (lambda x: F.interpolate(x, scale_factor=2), (1, 2, 5), True),
-    "nearest 2d size": (lambda x: F.interpolate(x, size=(7, 5)), (1, 2, 4, 6), True),
-    "nearest-exact 3d": (lambda x: F.interpolate(x, size=5, mode="nearest-exact"),
-                         (1, 2, 3, 4, 3), True),
-    "linear align_corners": (lambda x: F.interpolate(x, scale_factor=1.5, mode="linear",
-                                                     align_corners=True), (1, 2, 6), False),
-    "bilinear scale": (lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"),
-                       (1, 2, 5, 6), False),
-    "bicubic int size": (lambda x: F.interpolate(x, size=8, mode="bicubic"), (1, 2, 5, 6), False),
-    "Upsample(size=8)": (nn.Upsample(size=8, mode="bilinear"), (1, 2, 5, 5), False),
-    "bilinear antialias": (lambda x: F.interpolate(x, size=4, mode="bilinear", antialias=True),
-                           (1, 2, 9, 8), False),
-    "bicubic antialias": (lambda x: F.interpolate(x, scale_factor=0.5, mode="bicubic",
-                                                  antialias=True), (1, 2, 9, 8), False),
-    "trilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), (1, 1, 3, 3, 2),
-                  False),
-    "area": (lambda x: F.interpolate(x, size=(3, 5), mode="area"), (1, 2, 7, 8), False),
-    "aten upsample_bilinear2d.vec": (lambda x: aten.upsample_bilinear2d.vec(x, None, False,
-                                                                            [1.5, 2.0]),
-                                     (1, 2, 4, 4), False),
-    "aten upsample_nearest2d.default": (lambda x: aten.upsample_nearest2d.default(x, [5, 7]),
-                                        (1, 2, 4, 4), True),
-    "aten avg_pool2d stride=[]": (lambda x: aten.avg_pool2d.default(x, [2, 2], []),
-                                  (1, 2, 6, 6), False),
-    "max_unpool1d": (pool_then_unpool(1, 2, 2), (1, 2, 8), True),
-    "max_unpool2d": (pool_then_unpool(2, 2, 2), (1, 2, 6, 7), True),
-    "max_unpool3d": (pool_then_unpool(3, 2, 2), (1, 1, 4, 4, 5), True),
-    # padded windows; disjoint, as jaxpool's gradient differs from torch's for repeats
-    "MaxUnpool2d 3/3/1": (lambda x: nn.MaxUnpool2d(3, 3, 1)(*F.max_pool2d(
-        x, 3, 3, 1, return_indices=True), output_size=x.shape[2:]), (1, 2, 7, 7), True),
-    "aten.max_unpool2d packet": (lambda x: aten.max_unpool2d(*F.max_pool2d(
-        x, 2, 2, return_indices=True), [6, 6]), (1, 2, 6, 6), True),
-    "reflect 1d": (lambda x: F.pad(x, (2, 3), "reflect"), (1, 2, 6), True),
-    "ReflectionPad2d": (nn.ReflectionPad2d((1, 2, 3, 0)), (1, 2, 5, 5), True),
-    "replicate 3d": (lambda x: F.pad(x, (1, 0, 2, 1, 0, 2), "replicate"), (1, 1, 3, 4, 3), True),
-    "circular 2d": (lambda x: F.pad(x, (2, 1, 1, 1), "circular"), (1, 2, 4, 5), True),
-    "constant crop": (lambda x: F.pad(x, (1, -2, 2, 0), value=1.5), (1, 2, 5, 5), True),
-    "aten.reflection_pad2d packet": (lambda x: aten.reflection_pad2d(x, [1, 1, 2, 2]),
-                                     (1, 2, 4, 4), True),
-    "aten._upsample_bicubic2d_aa packet": (lambda x: aten._upsample_bicubic2d_aa(
-        x, None, False, [0.5, 0.75]), (1, 2, 8, 8), False),
-    "pixel_shuffle": (lambda x: F.pixel_shuffle(x, 2), (1, 8, 3, 3), True),
-    "pixel_unshuffle": (lambda x: F.pixel_unshuffle(x, 2), (1, 2, 4, 6), True),
-}
-
-
-class Call(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-def first(y):
-    return y[0] if isinstance(y, tuple) else y
 
 
 def assert_close(actual, expected, exact):

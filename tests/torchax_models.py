@@ -2,9 +2,9 @@
 architectures (definitions only, small widths: torchvision's own classes are not used), and
 the comparison of one model through torchax against torch eager.
 
-``python -m tests.torchax_models`` prints, for each model, how far torchax alone and
-torchax with jaxpool are from torch in float64, and the scatters and gathers in the jitted
-gradient.
+``python -m tests.torchax_models`` prints, for each op form and each model, how far
+torchax alone and torchax with jaxpool are from torch in float64 (values / gradient, worst
+absolute difference), and the scatters and gathers in the jitted gradient.
 """
 
 from __future__ import annotations
@@ -201,6 +201,102 @@ MODELS = {
 }
 """name: (constructor, input extent)."""
 
+def nan_at(x):
+    x = x.clone()
+    x.view(-1)[5] = float("nan")
+    return x
+
+
+def pool_then_unpool(d, k, s):
+    pool, unpool = getattr(F, f"max_pool{d}d"), getattr(F, f"max_unpool{d}d")
+    return lambda x: unpool(*pool(x, k, s, return_indices=True), k, s, output_size=x.shape[2:])
+
+
+aten = torch.ops.aten
+# name: (function of one tensor, input shape, exact: values are torch's bit for bit)
+CASES = {
+    "avg_pool1d ceil": (lambda x: F.avg_pool1d(x, 3, 2, ceil_mode=True), (2, 3, 8), False),
+    "avg_pool2d ceil": (lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), (2, 3, 8, 8), False),
+    "avg_pool2d pad no-count": (lambda x: F.avg_pool2d(x, 3, 2, 1, True, False), (1, 2, 7, 8),
+                                False),
+    "avg_pool2d divisor": (lambda x: F.avg_pool2d(x, 2, divisor_override=3), (1, 2, 6, 6), False),
+    "avg_pool3d ceil": (lambda x: F.avg_pool3d(x, 3, 2, ceil_mode=True), (1, 2, 6, 6, 5), False),
+    "lp_pool2d": (lambda x: F.lp_pool2d(x, 2.0, 2), (1, 2, 6, 6), False),
+    "lp_pool1d": (lambda x: F.lp_pool1d(x.exp(), 3.0, 3, 2), (1, 2, 9), False),  # sum > 0
+    "max_pool1d": (lambda x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9), True),
+    "max_pool2d ceil": (lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (2, 3, 8, 8), True),
+    "max_pool2d dilation": (lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2), (1, 2, 8, 8), True),
+    "max_pool2d indices": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+                           (1, 2, 8, 8), True),
+    "max_pool3d indices ceil": (lambda x: F.max_pool3d(x, 2, 2, ceil_mode=True,
+                                                       return_indices=True), (1, 2, 5, 5, 4), True),
+    "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 4), (1, 2, 9), False),
+    "adaptive_avg_pool2d ragged": (lambda x: F.adaptive_avg_pool2d(x, (3, 5)), (1, 2, 7, 8),
+                                   False),
+    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, 2), (1, 2, 5, 5, 3), False),
+    "adaptive_max_pool1d": (lambda x: F.adaptive_max_pool1d(x, 4), (1, 2, 9), True),
+    "adaptive_max_pool2d indices": (lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
+                                    (1, 2, 7, 8), True),
+    "adaptive_max_pool3d": (lambda x: F.adaptive_max_pool3d(x, 2), (1, 2, 5, 5, 3), True),
+    "nearest 1d scale": (lambda x: F.interpolate(x, scale_factor=2), (1, 2, 5), True),
+    "nearest 2d size": (lambda x: F.interpolate(x, size=(7, 5)), (1, 2, 4, 6), True),
+    "nearest-exact 3d": (lambda x: F.interpolate(x, size=5, mode="nearest-exact"),
+                         (1, 2, 3, 4, 3), True),
+    "linear align_corners": (lambda x: F.interpolate(x, scale_factor=1.5, mode="linear",
+                                                     align_corners=True), (1, 2, 6), False),
+    "bilinear scale": (lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+                       (1, 2, 5, 6), False),
+    "bicubic int size": (lambda x: F.interpolate(x, size=8, mode="bicubic"), (1, 2, 5, 6), False),
+    "Upsample(size=8)": (nn.Upsample(size=8, mode="bilinear"), (1, 2, 5, 5), False),
+    "bilinear antialias": (lambda x: F.interpolate(x, size=4, mode="bilinear", antialias=True),
+                           (1, 2, 9, 8), False),
+    "bicubic antialias": (lambda x: F.interpolate(x, scale_factor=0.5, mode="bicubic",
+                                                  antialias=True), (1, 2, 9, 8), False),
+    "trilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), (1, 1, 3, 3, 2),
+                  False),
+    "area": (lambda x: F.interpolate(x, size=(3, 5), mode="area"), (1, 2, 7, 8), False),
+    "aten upsample_bilinear2d.vec": (lambda x: aten.upsample_bilinear2d.vec(x, None, False,
+                                                                            [1.5, 2.0]),
+                                     (1, 2, 4, 4), False),
+    "aten upsample_nearest2d.default": (lambda x: aten.upsample_nearest2d.default(x, [5, 7]),
+                                        (1, 2, 4, 4), True),
+    "aten avg_pool2d stride=[]": (lambda x: aten.avg_pool2d.default(x, [2, 2], []),
+                                  (1, 2, 6, 6), False),
+    "max_unpool1d": (pool_then_unpool(1, 2, 2), (1, 2, 8), True),
+    "max_unpool2d": (pool_then_unpool(2, 2, 2), (1, 2, 6, 7), True),
+    "max_unpool3d": (pool_then_unpool(3, 2, 2), (1, 1, 4, 4, 5), True),
+    # padded windows; disjoint, as jaxpool's gradient differs from torch's for repeats
+    "MaxUnpool2d 3/3/1": (lambda x: nn.MaxUnpool2d(3, 3, 1)(*F.max_pool2d(
+        x, 3, 3, 1, return_indices=True), output_size=x.shape[2:]), (1, 2, 7, 7), True),
+    "aten.max_unpool2d packet": (lambda x: aten.max_unpool2d(*F.max_pool2d(
+        x, 2, 2, return_indices=True), [6, 6]), (1, 2, 6, 6), True),
+    "reflect 1d": (lambda x: F.pad(x, (2, 3), "reflect"), (1, 2, 6), True),
+    "ReflectionPad2d": (nn.ReflectionPad2d((1, 2, 3, 0)), (1, 2, 5, 5), True),
+    "replicate 3d": (lambda x: F.pad(x, (1, 0, 2, 1, 0, 2), "replicate"), (1, 1, 3, 4, 3), True),
+    "circular 2d": (lambda x: F.pad(x, (2, 1, 1, 1), "circular"), (1, 2, 4, 5), True),
+    "constant crop": (lambda x: F.pad(x, (1, -2, 2, 0), value=1.5), (1, 2, 5, 5), True),
+    "aten.reflection_pad2d packet": (lambda x: aten.reflection_pad2d(x, [1, 1, 2, 2]),
+                                     (1, 2, 4, 4), True),
+    "aten._upsample_bicubic2d_aa packet": (lambda x: aten._upsample_bicubic2d_aa(
+        x, None, False, [0.5, 0.75]), (1, 2, 8, 8), False),
+    "pixel_shuffle": (lambda x: F.pixel_shuffle(x, 2), (1, 8, 3, 3), True),
+    "pixel_unshuffle": (lambda x: F.pixel_unshuffle(x, 2), (1, 2, 4, 6), True),
+}
+
+
+class Call(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def first(y):
+    return y[0] if isinstance(y, tuple) else y
+
+
 FORBIDDEN = ("scatter", "gather", "select_and_scatter")
 
 
@@ -245,30 +341,63 @@ def compare(name: str, env) -> dict:
     }
 
 
-def main():
-    jax.config.update("jax_enable_x64", True)
-    env = jt.torchax.default_env()
+def compare_op(name: str, env) -> dict:
+    """One op form of CASES through torchax against torch eager: worst absolute
+    differences of the values and of the gradient, whether the indices are torch's, and
+    the forbidden ops in the jitted gradient (torch's vjp of a random cotangent)."""
+    fn, shape, _ = CASES[name]
+    gen = torch.Generator().manual_seed(len(name))
+    x = torch.randn(shape, dtype=torch.float64, generator=gen).requires_grad_()
+    expected = fn(x)
+    ct = torch.randn(first(expected).shape, dtype=torch.float64, generator=gen)
+    (grad,) = torch.autograd.grad(first(expected), x, ct)
+    _, jfn = jt.torchax.extract_jax(Call(fn), env)
+    xj, ctj = jnp.asarray(x.detach().numpy()), jnp.asarray(ct.numpy())
+    row = {}
+    actual = jfn({}, (xj,))
+    difference = np.asarray(first(actual)) - first(expected).detach().numpy()
+    row["values"] = float(np.max(np.abs(difference)))
+    if isinstance(expected, tuple):
+        row["indices equal"] = bool(np.array_equal(np.asarray(actual[1]), expected[1].numpy()))
+    step = jax.jit(jax.grad(lambda a: jnp.vdot(first(jfn({}, (a,))), ctj)))
+    row.update(hlo_counts(step.lower(xj).as_text()))
+    row["grad"] = float(np.max(np.abs(np.asarray(step(xj)) - grad.numpy())))
+    return row
+
+
+def _cell(row: dict) -> str:
+    if "error" in row:
+        return row["error"]
+    forbidden = ", ".join(f"{row[k]} {k}" for k in FORBIDDEN if row.get(k)) or "none"
+    indices = "" if row.get("indices equal", True) else ", indices differ"
+    first_col = "values" if "values" in row else "logits"
+    second_col = "grad" if "grad" in row else "grads"
+    return f"{row[first_col]:.1e} / {row[second_col]:.1e}{indices}; {forbidden}"
+
+
+def _rows(compare_one, names, env):
     rows = []
-    for name in MODELS:
+    for name in names:
         row = {}
         for label, install in (("torchax", False), ("jaxpool", True)):
             (jt.install if install else jt.uninstall)(env)
             try:
-                row[label] = compare(name, env)
+                row[label] = compare_one(name, env)
             except Exception as error:  # noqa: BLE001 (a failure is a row of the table)
                 row[label] = {"error": f"{type(error).__name__}: {str(error)[:60]}"}
         rows.append((name, row))
     jt.uninstall(env)
+    return rows
 
-    def cell(r):
-        if "error" in r:
-            return r["error"]
-        forbidden = ", ".join(f"{r[k]} {k}" for k in FORBIDDEN if r[k]) or "none"
-        return f"{r['logits']:.1e} / {r['grads']:.1e}, {forbidden}"
-    print("| model | torchax 0.0.13 alone | torchax + jaxpool |")
-    print("|---|---|---|")
-    for name, row in rows:
-        print(f"| {name} | {cell(row['torchax'])} | {cell(row['jaxpool'])} |")
+
+def main():
+    jax.config.update("jax_enable_x64", True)
+    env = jt.torchax.default_env()
+    for title, compare_one, names in (("op", compare_op, CASES), ("model", compare, MODELS)):
+        print(f"\n| {title} | torchax 0.0.13 alone | torchax + jaxpool |")
+        print("|---|---|---|")
+        for name, row in _rows(compare_one, names, env):
+            print(f"| {name} | {_cell(row['torchax'])} | {_cell(row['jaxpool'])} |")
 
 
 if __name__ == "__main__":
