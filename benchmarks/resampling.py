@@ -62,6 +62,8 @@ CELLS = (
 @contextlib.contextmanager
 def forced(strategy: str | None):
     """Every non-copying axis takes ``strategy`` while a program is traced."""
+    import jax
+
     from jaxpool import sampling
 
     if strategy is None:
@@ -77,11 +79,15 @@ def forced(strategy: str | None):
             return strategy
         return chosen
 
+    # the per-plan programs are cached by plan: traced again under the forced choice, and
+    # not left for the next side
+    jax.clear_caches()
     sampling.choose_sampling_strategy = choose
     try:
         yield
     finally:
         sampling.choose_sampling_strategy = original
+        jax.clear_caches()
 
 
 def _jax_image(cell: Cell):
@@ -165,7 +171,8 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 continue
             f = jax_mode(op, base)
             with forced(strategy):
-                fn = f if mode.startswith("eager") else jax.jit(f)
+                # compiled ahead, so that no cache hands another side's program back
+                fn = f if mode.startswith("eager") else jax.jit(f).lower(x).compile()
                 y = fn(x)
                 jax.block_until_ready(y)
             wrong = check(y, ref, "float32")
