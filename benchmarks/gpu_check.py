@@ -16,7 +16,12 @@
    own process: whether XLA runs it, and if so whether two runs agree.
 3. torch CUDA on the same computations: whether two plain runs agree bit for bit, and
    which backward passes ``torch.use_deterministic_algorithms(True)`` refuses.
-4. The benchmark on the GPU (jitted modes) with jaxpool, the ``reduce_window`` candidate
+4. A torch CNN run on JAX through torchax (``examples/torchax_train.py``'s GoogLeNet-layout
+   network, float32): its WGAN-GP-style double backward under the same flag, in fresh
+   processes, with ``jaxpool.torchax.install()`` (twice: bitwise equal?) and with
+   torchax's own lowerings (whether XLA compiles them, and if so whether two runs agree).
+   Skipped where torchax is not installed.
+5. The benchmark on the GPU (jitted modes) with jaxpool, the ``reduce_window`` candidate
    (average pooling as ``lax.reduce_window``), torch CUDA, flax, keras, equinox and the
    floor, and per cell and mode which of jaxpool's own strategy and ``reduce_window`` is
    faster: the short grid (``--full``: every cell, which takes longer than 8 minutes). It
@@ -307,6 +312,60 @@ def child_flax_max(quick: bool) -> int:
     return 0
 
 
+def torchax_penalty(with_jaxpool: bool, quick: bool):
+    """The torchax network's penalty gradient: (values by name, compiled program text)."""
+    import importlib.util
+
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import jaxpool.torchax as jt
+
+    spec = importlib.util.spec_from_file_location(
+        "torchax_train", os.path.join(ROOT, "examples", "torchax_train.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    torch.manual_seed(0)
+    model = example.TinyGoogLeNet(8 if quick else 32)
+    env = jt.torchax.default_env()
+    (jt.install if with_jaxpool else jt.uninstall)(env)
+    params, fn = jt.torchax.extract_jax(model, env)
+    batch = 8 if quick else 64
+    x = np.maximum(np.random.default_rng(0).standard_normal((batch, 3, 28, 28),
+                                                           dtype=np.float32), 0)
+
+    def penalty(params, x):
+        # WGAN-GP: the input gradient's norm per example, then its gradient in the weights
+        g = jax.grad(lambda a: jnp.sum(fn(params, (a,))))(x)
+        return jnp.mean((jnp.sqrt(jnp.sum(g * g, axis=(1, 2, 3)) + 1e-12) - 1.0) ** 2)
+
+    compiled = jax.jit(jax.grad(penalty)).lower(params, jnp.asarray(x)).compile()
+    grads = compiled(params, jnp.asarray(x))
+    return {k: np.asarray(v) for k, v in grads.items()}, compiled.as_text()
+
+
+def child_torchax(path: str, with_jaxpool: bool, quick: bool) -> int:
+    """The torchax penalty gradient, twice in this process; the first to `path`."""
+    try:
+        import jaxpool.torchax  # noqa: F401
+    except ImportError as exc:
+        print(f"child: torchax is not installed here ({exc}): skipped")
+        return 0
+    label = "with jaxpool" if with_jaxpool else "torchax alone"
+    try:
+        first, hlo = torchax_penalty(with_jaxpool, quick)
+        second, _ = torchax_penalty(with_jaxpool, quick)
+    except Exception as exc:  # noqa: BLE001  the point is to show what happens
+        print(f"child: {label}: fails: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
+        return 0
+    same = all(first[k].tobytes() == second[k].tobytes() for k in first)
+    print(f"child: {label}: scatter/gather in the compiled program: {worrying_ops(hlo)}; "
+          f"two runs in one process {'bitwise equal' if same else 'DIFFER'}")
+    np.savez(path, **first)
+    return 0
+
+
 # -- The sections, run by the parent -----------------------------------------------------
 
 class Report:
@@ -403,6 +462,25 @@ def against_torch(r: Report, got: dict, quick: bool) -> bool:
               f"{errs[worst]:.2g} (d/d{worst}) {'ok' if close else 'TOO LARGE'}")
         ok &= close
     return ok
+
+
+def torchax_models(r: Report, tmp: str, quick: bool) -> bool | None:
+    """jaxpool through torchax in two fresh processes (bitwise equal?), torchax alone once."""
+    paths = []
+    for run in (1, 2):
+        path = os.path.join(tmp, f"torchax-{run}.npz")
+        r.say(f"with jaxpool, process {run}:")
+        child(r, ["--child", "torchax", path, "jaxpool"] + ["--quick"] * quick, FLAG)
+        paths.append(path)
+    r.say("torchax alone:")
+    child(r, ["--child", "torchax", os.path.join(tmp, "torchax-alone.npz"), "alone"]
+          + ["--quick"] * quick, FLAG)
+    if not all(os.path.exists(p) for p in paths):
+        return None
+    a, b = (dict(np.load(p)) for p in paths)
+    same = a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+    r.say(f"with jaxpool, the two processes are {'bitwise EQUAL' if same else 'DIFFERENT'}")
+    return same
 
 
 def flax_max(r: Report, quick: bool) -> None:
@@ -552,13 +630,16 @@ def main(argv=None) -> int:
                    help="only put this saved gpu-report.md into --markdown (no GPU needed)")
     p.add_argument("--allow-cpu", action="store_true",
                    help="without a GPU, run every section on the CPU (a dry run of this script)")
-    p.add_argument("--child", choices=("determinism", "flax-max"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("determinism", "flax-max", "torchax"),
+                   help=argparse.SUPPRESS)
     p.add_argument("child_args", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child == "determinism":
         return child_determinism(args.child_args[0], args.quick)
     if args.child == "flax-max":
         return child_flax_max(args.quick)
+    if args.child == "torchax":
+        return child_torchax(args.child_args[0], args.child_args[1] == "jaxpool", args.quick)
     if args.record:
         if not args.markdown:
             p.error("--record needs --markdown")
@@ -578,19 +659,22 @@ def main(argv=None) -> int:
     os.makedirs(tmp, exist_ok=True)
     raised, deterministic = section(r, f"1. jaxpool double backward, twice, XLA_FLAGS={FLAG}",
                                     lambda: determinism(r, tmp, args.quick))
-    steps = [
-        (f"2. flax.linen.max_pool's gradient under XLA_FLAGS={FLAG}", lambda: flax_max(r, args.quick)),
-        ("3. torch CUDA on the same computations", lambda: torch_cuda(r, args.quick)),
-    ]
+    for title, run in (
+            (f"2. flax.linen.max_pool's gradient under XLA_FLAGS={FLAG}",
+             lambda: flax_max(r, args.quick)),
+            ("3. torch CUDA on the same computations", lambda: torch_cuda(r, args.quick))):
+        raised |= section(r, title, run)[0]
+    raised_torchax, torchax_same = section(
+        r, f"4. a torch CNN through torchax, double backward, XLA_FLAGS={FLAG}",
+        lambda: torchax_models(r, tmp, args.quick))
+    raised |= raised_torchax
     if not args.skip_bench:
         grid = "smoke" if args.quick else "full" if args.full else "short"
         limit = max(60.0, args.budget_s - (time.perf_counter() - started))
-        steps.append((f"4. the benchmark on the {device}, with the reduce_window candidate "
-                      f"(new cells for {limit:.0f} s)",
-                      lambda: bench(r, args.out, device, grid, limit,
-                                    shlex.split(args.bench_args))))
-    for title, run in steps:
-        raised |= section(r, title, run)[0]
+        raised |= section(r, f"5. the benchmark on the {device}, with the reduce_window "
+                          f"candidate (new cells for {limit:.0f} s)",
+                          lambda: bench(r, args.out, device, grid, limit,
+                                        shlex.split(args.bench_args)))[0]
     for name in os.listdir(tmp):
         os.remove(os.path.join(tmp, name))
     os.rmdir(tmp)
@@ -599,7 +683,7 @@ def main(argv=None) -> int:
     if args.markdown:
         splice(args.markdown, r.markdown())
     print(f"wrote {os.path.join(args.out, 'gpu-report.md')}")
-    if deterministic is False:
+    if deterministic is False or torchax_same is False:
         return 1
     return 3 if raised else 0
 

@@ -252,6 +252,15 @@ def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
     assert gpu_check.worrying_ops("%s = f32[2] scatter(%a), %g = f32[1] gather(%b)") == "1 gather, 1 scatter"
 
 
+def test_gpu_check_torchax_penalty_through_jaxpool_is_scatter_free():
+    pytest.importorskip("jaxpool.torchax")  # before torchax: see jaxpool.torchax
+    from benchmarks import gpu_check
+
+    grads, hlo = gpu_check.torchax_penalty(True, quick=True)
+    assert grads and all(np.all(np.isfinite(g)) for g in grads.values())
+    assert gpu_check.worrying_ops(hlo) == "none"
+
+
 def test_the_parity_floor_times_each_case_and_its_negation():
     from benchmarks import parity_floor
 
