@@ -195,7 +195,7 @@ class ResNetD(nn.Module):
 MODELS = {
     "GoogLeNet": (GoogLeNet, 33), "SqueezeNet": (SqueezeNet, 33), "DenseNet": (DenseNet, 32),
     "ResNet": (ResNet, 32),
-    "timm ResNet-D (avg_down)": (ResNetD, 36), "segmentation (PSP/ASPP)": (PyramidSegmenter, 30),
+    "timm ResNet-D (avg_down)": (ResNetD, 36), "segmentation (PSP/ASPP)": (PyramidSegmenter, 24),
     "SegNet": (SegNet, 16), "timm global_pool=max": (lambda: GlobalPoolNet("max"), 29),
     "timm global_pool=avgmax": (lambda: GlobalPoolNet("avgmax"), 29),
 }
@@ -258,6 +258,8 @@ CASES = {
     "aten upsample_bilinear2d.vec": (lambda x: aten.upsample_bilinear2d.vec(x, None, False,
                                                                             [1.5, 2.0]),
                                      (1, 2, 4, 4), False),
+    "aten upsample_bilinear2d.default scales": (lambda x: aten.upsample_bilinear2d.default(
+        x, [8, 10], False, 1.7, 1.7), (1, 2, 5, 6), False),
     "aten upsample_nearest2d.default": (lambda x: aten.upsample_nearest2d.default(x, [5, 7]),
                                         (1, 2, 4, 4), True),
     "aten avg_pool2d stride=[]": (lambda x: aten.avg_pool2d.default(x, [2, 2], []),
