@@ -212,8 +212,27 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     for weights, support in windows.layers:
         w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
         picked = jnp.asarray(support.reshape(support.shape + trailing))
-        terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 2))
+        terms.append(_sum_keeping_zero_signs(
+            jnp.where(picked, spread * w, jnp.asarray(-0.0, t.dtype)), axis + 2))
     return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
+
+
+def _sum_keeping_zero_signs(x: jax.Array, axis: int) -> jax.Array:
+    """``x.sum(axis)`` by halving adds, padded with ``-0``: a reduction starts from ``+0``,
+    so a window whose one picked tangent is ``-0`` would sum to ``+0`` where torch's copy
+    (and its weighted sum of ``-0`` taps) keeps ``-0``; ``-0`` is the one exact identity of
+    addition. ``log2`` of the window's length adds, each a slice of the last."""
+    n = x.shape[axis]
+    width = 1 << max(n - 1, 0).bit_length()
+    if width > n:
+        pads = [(0, 0)] * x.ndim
+        pads[axis] = (0, width - n)
+        x = jnp.pad(x, pads, constant_values=jnp.asarray(-0.0, x.dtype))
+    while width > 1:
+        width //= 2
+        x = (jax.lax.slice_in_dim(x, 0, width, axis=axis)
+             + jax.lax.slice_in_dim(x, width, 2 * width, axis=axis))
+    return jax.lax.squeeze(x, (axis,))
 
 
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:

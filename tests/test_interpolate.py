@@ -267,6 +267,24 @@ def test_transforms_never_change_a_value(name, rng):
         assert value.tobytes() == plain.tobytes(), f"{how} changes bits"
 
 
+@pytest.mark.parametrize("name", TRANSFORM_CASES)
+def test_tangents_keep_zero_signs_and_nonfinite_as_torchs_forward_mode(name, rng):
+    """A tangent's NaN and inf come out where torch's forward mode puts them, and a copying
+    axis copies the tangent bit for bit, -0 included (a reduction from +0 made it +0)."""
+    shape, kwargs = CASES[name]
+    x = rng.standard_normal(shape).astype(np.float32)
+    t = rng.standard_normal(shape).astype(np.float32)
+    t.reshape(-1)[::3] = -0.0
+    t.reshape(-1)[1::11] = np.inf
+    t.reshape(-1)[2::13] = np.nan
+    got = np.asarray(jax.jvp(lambda a: jaxpool.interpolate(a, **kwargs), (x,), (t,))[1])
+    want = torch.func.jvp(lambda a: F.interpolate(a, **kwargs), (torch.from_numpy(x),),
+                          (torch.from_numpy(t),))[1].numpy()
+    if kwargs.get("mode", "nearest").startswith("nearest"):  # zero signs included
+        assert got.tobytes() == want.tobytes()
+    _assert_same_nonfinite(got, want, 1e-5)
+
+
 # --- program size ------------------------------------------------------------------------------
 
 def _program_ops(fn, x) -> int:
