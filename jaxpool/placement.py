@@ -189,8 +189,8 @@ def plan_pad(shape, pad, mode="constant", value=None, channels_last=False) -> Pa
             raise ValueError(f"pad: mode {mode!r} takes no value (only mode 'constant' "
                              f"does), got value={value!r}")
         value = 0
-        if pairs not in (1, 2, 3) or rank - (1 if channels_last else 0) not in (pairs + 1,
-                                                                                 pairs + 2):
+        # [C, *spatial] or [N, C, *spatial]; channels-last moves C, it adds no axis
+        if pairs not in (1, 2, 3) or rank not in (pairs + 1, pairs + 2):
             raise ValueError(
                 f"pad: mode {mode!r} pads 1, 2 or 3 spatial axes (2, 4 or 6 entries in pad) "
                 f"of x of rank spatial + 1 (unbatched) or spatial + 2 (batched), got "
@@ -198,7 +198,7 @@ def plan_pad(shape, pad, mode="constant", value=None, channels_last=False) -> Pa
                 + (" with channels_last" if channels_last else ""))
     widths = tuple((last - i, entries[2 * i], entries[2 * i + 1]) for i in range(pairs))
     if mode in ("reflect", "replicate"):
-        batched = rank - (1 if channels_last else 0) == pairs + 2
+        batched = rank == pairs + 2
         kept = shape[1:] if batched else shape
         if any(n == 0 for n in kept):
             raise ValueError(f"pad: mode {mode!r} needs non-zero extents on every axis but "

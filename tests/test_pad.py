@@ -149,6 +149,20 @@ def test_values_are_torchs_bit_for_bit(shape, pad, mode, value, channels_last, r
     np.testing.assert_array_equal(_bits(got), _bits(expected))
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,pad", [((3, 5), (2, 1)), ((3, 4, 5), (2, 0, 1, 1)),
+                                       ((2, 3, 4, 5), (1, 1, 2, 0, 1, 2))],
+                         ids=["1d", "2d", "3d"])
+def test_unbatched_channels_last_pads_the_axes_before_the_channels(shape, pad, mode, rng,
+                                                                  x64):
+    """[*spatial, C] takes the pairs torch gives [C, *spatial] (every mode)."""
+    x = _signed(shape, rng)
+    expected = np.moveaxis(F.pad(torch.from_numpy(x), pad, mode).numpy(), 0, -1)
+    got = jaxpool.pad(np.moveaxis(x, 0, -1).copy(), pad, mode, channels_last=True)
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.bool],
                          ids=str)
 def test_dtypes_are_copied_bit_for_bit(dtype, rng):
