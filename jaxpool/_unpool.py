@@ -79,6 +79,7 @@ def _repeated(plan: UnpoolPlan, x: jax.Array, indices: jax.Array) -> jax.Array:
         term = position * math.prod(extents[i + 1:])
         target = term if target is None else target + term
         keep = real if keep is None else keep & real
+    assert keep is not None and target is not None  # a plan has a spatial axis
     return lax.select(keep & (named == target), values,
                       jnp.broadcast_to(jnp.zeros((), x.dtype), shape))
 
@@ -98,7 +99,8 @@ def _spread(plan: UnpoolPlan, a: jax.Array, fill: jax.Array) -> jax.Array:
     """``a`` (pooled) with each element repeated ``stride`` times along each spatial axis,
     cropped by the left padding and fitted (``fill``) to the unpooled extents."""
     strides = dict(zip(plan.spatial_axes, plan.stride))
-    expanded, dims = [], []
+    expanded: list[int] = []
+    dims: list[int] = []
     for axis, n in enumerate(a.shape):
         dims.append(len(expanded))
         expanded += [n, strides[axis]] if axis in strides else [n]

@@ -671,7 +671,7 @@ def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_siz
         # Traced indices (jit, vmap) cannot be checked: one outside its window is dropped.
         return _unpool.max_unpool(plan, jnp.asarray(values), index_array)
     out, count, first = _unpool.max_unpool_checked(plan, jnp.asarray(values), index_array)
-    if not isinstance(count, jax.core.Tracer) and int(count):
+    if first is not None:  # found only when the count is concrete and non-zero
         _reject_unplaced(op, plan, index_array, int(count), int(first))
     return out
 
