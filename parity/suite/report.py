@@ -292,11 +292,11 @@ def to_markdown(results: Sequence[CaseResult], seconds: float | None = None) -> 
         c = res.case
         errors_only = all(r.name.startswith("raises") for r in res.report.rows)
         cells = []
-        for o in orders:
+        for order in orders:
             if errors_only:
                 cells.append("-")
                 continue
-            v, ok = _worst(res, o)
+            v, ok = _worst(res, order)
             cells.append(_fmt(v) if ok else f"**{_fmt(v)}**")
         if errors_only:
             n = len(res.report.rows)
