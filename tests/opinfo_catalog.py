@@ -31,7 +31,9 @@ def short_name(info) -> str:
 def drawn_samples(info, dtype: torch.dtype) -> list:
     """Every sample of ``info``, drawn with a fixed seed (the catalog draws from torch's
     global generator, which is left as it was)."""
-    with torch.random.fork_rng():
+    # CPU samples: no accelerator's generator to fork (where torchax is imported it is
+    # torch's accelerator, and its device module's get_rng_state takes no device)
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return list(info.sample_inputs("cpu", dtype))
 
