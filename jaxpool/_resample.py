@@ -40,7 +40,7 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     if strategy == "phases":
         return _phases(x, axis, plan)
     if strategy == "picks":
-        return _with_matrix_tangent(x, axis, plan, _picks)
+        return _with_matrix_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
         return _with_matrix_tangent(x, axis, plan, _selections)
     return _with_matrix_tangent(x, axis, plan, _matmul_keeping_nonfinite)
@@ -177,7 +177,8 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
-def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values) -> jax.Array:
+def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
+                         copies: bool = False) -> jax.Array:
     """Values from ``values`` (``_matmul_keeping_nonfinite`` or ``_selections``),
     derivatives from ``_tap_sums`` (the map is linear, so its derivative is itself whatever
     the input holds), which keeps a tangent's or cotangent's NaN and inf where torch does.
@@ -191,12 +192,12 @@ def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values) ->
     @resampled.defjvp
     def resampled_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return resampled(x), _tap_sums(t, axis, plan)
+        return resampled(x), _tap_sums(t, axis, plan, copies)
 
     return resampled(x)
 
 
-def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False) -> jax.Array:
     """``sum_t w_t * t[tap_t]`` along ``axis`` (a tangent rule), each output's products
     picked by a select with the constant tap support and summed: a NaN or inf reaches only
     the outputs that tap it, a zero weight included (``0 * inf``), and the transpose (a
@@ -205,7 +206,8 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     the axis. An output that taps one element twice (clamped edges) takes one layer per
     repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. Each block of outputs
     reads its own window (``plan.windows()``), so the work is ``length`` per output rather
-    than ``in``, and the program's size does not depend on the extents."""
+    than ``in``, and the program's size does not depend on the extents. Where every output
+    copies one element (``copies``), the sum keeps a ``-0`` tangent, as torch's copy does."""
     windows = plan.windows()
     cut = _cut_windows(t, axis, windows)
     spread = jnp.broadcast_to(jnp.expand_dims(cut, axis + 1),
@@ -215,16 +217,20 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     for weights, support in windows.layers:
         w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
         picked = jnp.asarray(support.reshape(support.shape + trailing))
-        terms.append(_sum_keeping_zero_signs(
-            jnp.where(picked, spread * w, jnp.asarray(-0.0, t.dtype)), axis + 2))
+        if copies:
+            terms.append(_sum_keeping_zero_signs(
+                jnp.where(picked, spread * w, jnp.asarray(-0.0, t.dtype)), axis + 2))
+        else:
+            terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 2))
     return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
 
 
 def _sum_keeping_zero_signs(x: jax.Array, axis: int) -> jax.Array:
     """``x.sum(axis)`` by halving adds, padded with ``-0``: a reduction starts from ``+0``,
     so a window whose one picked tangent is ``-0`` would sum to ``+0`` where torch's copy
-    (and its weighted sum of ``-0`` taps) keeps ``-0``; ``-0`` is the one exact identity of
-    addition. ``log2`` of the window's length adds, each a slice of the last."""
+    keeps ``-0``; ``-0`` is the one exact identity of addition. ``log2`` of the window's
+    length adds, each a slice of the last (on the interpolating modes, whose zero signs
+    are rounding's, they cost 10-90% more compile time than the reduction)."""
     n = x.shape[axis]
     width = 1 << max(n - 1, 0).bit_length()
     if width > n:
