@@ -312,8 +312,9 @@ def child_flax_max(quick: bool) -> int:
     return 0
 
 
-def torchax_penalty(with_jaxpool: bool, quick: bool):
-    """The torchax network's penalty gradient: (values by name, compiled program text)."""
+def torchax_penalty(with_jaxpool: bool, quick: bool, runs: int = 1):
+    """The torchax network's penalty gradient, its compiled program called ``runs`` times:
+    (a list of the values by name, one per run; the compiled program's text)."""
     import importlib.util
 
     import jax
@@ -341,8 +342,9 @@ def torchax_penalty(with_jaxpool: bool, quick: bool):
         return jnp.mean((jnp.sqrt(jnp.sum(g * g, axis=(1, 2, 3)) + 1e-12) - 1.0) ** 2)
 
     compiled = jax.jit(jax.grad(penalty)).lower(params, jnp.asarray(x)).compile()
-    grads = compiled(params, jnp.asarray(x))
-    return {k: np.asarray(v) for k, v in grads.items()}, compiled.as_text()
+    values = [{k: np.asarray(v) for k, v in compiled(params, jnp.asarray(x)).items()}
+              for _ in range(runs)]
+    return values, compiled.as_text()
 
 
 def child_torchax(path: str, with_jaxpool: bool, quick: bool) -> int:
@@ -354,8 +356,7 @@ def child_torchax(path: str, with_jaxpool: bool, quick: bool) -> int:
         return 0
     label = "with jaxpool" if with_jaxpool else "torchax alone"
     try:
-        first, hlo = torchax_penalty(with_jaxpool, quick)
-        second, _ = torchax_penalty(with_jaxpool, quick)
+        (first, second), hlo = torchax_penalty(with_jaxpool, quick, runs=2)
     except Exception as exc:  # noqa: BLE001  the point is to show what happens
         print(f"child: {label}: fails: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
         return 0

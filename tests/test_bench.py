@@ -256,7 +256,7 @@ def test_gpu_check_torchax_penalty_through_jaxpool_is_scatter_free():
     pytest.importorskip("jaxpool.torchax")  # before torchax: see jaxpool.torchax
     from benchmarks import gpu_check
 
-    grads, hlo = gpu_check.torchax_penalty(True, quick=True)
+    (grads,), hlo = gpu_check.torchax_penalty(True, quick=True)
     assert grads and all(np.all(np.isfinite(g)) for g in grads.values())
     assert gpu_check.worrying_ops(hlo) == "none"
 
