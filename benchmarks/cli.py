@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shlex
 import sys
@@ -13,7 +14,7 @@ from . import machine
 from .grid import GRIDS, MODES, select
 from .sides import DEFAULT_SIDES, SIDE_NAMES
 
-__all__ = ["main", "parse_args"]
+__all__ = ["chart_main", "main", "parse_args"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -21,6 +22,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m benchmarks",
         description="Time jaxpool against torch, flax, keras and equinox, side by side and "
         "interleaved, on a grid of pooling cells; check every side's values against torch first.",
+        epilog="python -m benchmarks chart RESULTS.json [PNG]: draw the chart of an earlier "
+        "run's results.json again, without timing anything.",
     )
     p.add_argument("--grid", choices=sorted(GRIDS), default="short",
                    help="which cells: short (the default: one cell per kind of behaviour, a few "
@@ -141,7 +144,35 @@ def _environment() -> str:
     return "".join(f"{k}={shlex.quote(os.environ[k])} " for k in keys if os.environ.get(k))
 
 
+def chart_main(argv=None) -> int:
+    """``python -m benchmarks chart RESULTS.json [PNG]``: the chart of a run already made."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks chart",
+        description="Draw the chart of jaxpool's time over the fastest correct peer's, per "
+        "cell and mode, from the results.json of an earlier run.",
+    )
+    p.add_argument("results", metavar="RESULTS.json", help="a results.json the tool wrote")
+    p.add_argument("png", nargs="?", default=None, metavar="PNG",
+                   help="where to write the chart (default: chart.png beside RESULTS.json)")
+    args = p.parse_args(argv)
+    from . import report
+
+    with open(args.results) as f:
+        data = json.load(f)
+    png = args.png or os.path.join(os.path.dirname(args.results), "chart.png")
+    try:
+        report.chart(data["results"], png, data.get("meta"))
+    except ImportError as exc:
+        print(f"no chart: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {png}")
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["chart"]:
+        return chart_main(argv[1:])
     args = parse_args(argv)
     started = time.perf_counter()
     cases = select(GRIDS[args.grid], args.cells)
@@ -183,7 +214,6 @@ def main(argv=None) -> int:
                                 budget_s=args.side_budget_s, first_reps=args.first_reps,
                                 status=progress.status, tick=progress.tick)
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     meta = {
         "date": datetime.date.today().isoformat(),
         "machine": machine.describe(args.device, device.jax_device),
@@ -201,7 +231,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     chart_file = os.path.join(args.out, "chart.png")
     try:
-        report.chart(results, chart_file)
+        report.chart(results, chart_file, meta)
     except ImportError as exc:  # matplotlib is optional: the tables are the record
         print(f"no chart: {exc}", file=sys.stderr)
         chart_file = None

@@ -8,7 +8,7 @@ import os
 from .grid import EAGER_MODES, MODE_TITLES
 from .sides import CANDIDATES, PEERS, SIDE_NAMES
 
-__all__ = ["BEGIN", "END", "chart", "markdown", "splice", "write_json"]
+__all__ = ["BEGIN", "END", "chart", "markdown", "peer_ratio", "splice", "write_json"]
 
 BEGIN = "<!-- benchmarks:begin -->"
 END = "<!-- benchmarks:end -->"
@@ -114,7 +114,8 @@ def markdown(results: list[dict], meta: dict, chart_path: str | None = None) -> 
     if notes:
         lines += ["", "Notes on the peers:", ""] + notes
     if chart_path:
-        lines += ["", f"![jaxpool and its peers, time relative to the fastest correct peer]({chart_path})"]
+        lines += ["", "![jaxpool's time over the fastest correct peer's, per cell and mode]"
+                  f"({chart_path})"]
     return "\n".join(lines) + "\n"
 
 
@@ -243,8 +244,27 @@ def _notes(results: list[dict]) -> list[str]:
     return [f"- {side}, {t}: {where(cells)}" for (side, t), cells in sorted(grouped.items())]
 
 
-def chart(results: list[dict], path: str) -> None:
-    """Per mode, each side's time over the fastest correct peer's, one group of bars per cell."""
+# One marker per mode: filled under jax.jit, hollow without it.
+MODE_MARKERS = {"fwd": ("o", "#1f77b4"), "grad": ("s", "#ff7f0e"), "gradgrad": ("D", "#2ca02c"),
+                "eager-fwd": ("o", "#9467bd"), "eager-grad": ("s", "#8c564b")}
+
+
+def peer_ratio(r: dict) -> tuple[float | None, str | None]:
+    """jaxpool's median time over the fastest correct peer's, and that peer, for result `r`
+    (repeat calls in the eager modes); None where jaxpool or every peer failed."""
+    if r.get("ratio_peer") is not None:
+        return r["ratio_peer"], r["best_peer"]
+    mine = _median(r, "jaxpool")
+    peers = {p: t for p in PEERS for t in [_median(r, p)] if t}
+    if not mine or not peers:
+        return None, None
+    best = min(peers, key=peers.get)
+    return mine / peers[best], best
+
+
+def chart(results: list[dict], path: str, meta: dict | None = None) -> None:
+    """One row per cell: jaxpool's time over the fastest correct peer's, one marker per
+    mode, on a log scale with 1.0 (as fast as the best peer) marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -252,38 +272,63 @@ def chart(results: list[dict], path: str) -> None:
 
     modes = [m for m in MODE_TITLES if any(r["mode"] == m for r in results)]
     cells = list(dict.fromkeys(r["cell"] for r in results))
-    sides = [s for s in SIDE_NAMES if any(s in r["sides"] for r in results)]
-    colors = {"jaxpool": "#d62728", "torch": "#ee8a2a", "torch-1t": "#f7c27f", "flax": "#1f77b4", "keras": "#9467bd",
-              "equinox": "#2ca02c", "floor": "#7f7f7f"}
-    height = 0.8 / max(len(sides), 1)
-    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 0.55 * len(cells) + 2),
-                             sharey=True, squeeze=False)
-    for ax, mode in zip(axes[0], modes):
-        rows = {r["cell"]: r for r in results if r["mode"] == mode}
-        for j, side in enumerate(sides):
-            ys, xs = [], []
-            for i, cell in enumerate(cells):
-                r = rows.get(cell)
-                if r is None:
-                    continue
-                base_side = r["best_peer"] or "jaxpool"
-                base = r["sides"].get(base_side, {}).get("median_ms")
-                e = r["sides"].get(side)
-                if base and e and e["status"] == "ok" and "median_ms" in e:
-                    ys.append(i + (j - (len(sides) - 1) / 2) * height)
-                    xs.append(e["median_ms"] / base)
-            ax.barh(ys, xs, height=height, color=colors.get(side), label=side)
-        ax.axvline(1.0, color="black", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_title(MODE_TITLES[mode])
-        ax.set_xlabel("time / fastest correct peer (log)")
-        ax.grid(axis="x", which="both", alpha=0.3)
-    axes[0][0].set_yticks(range(len(cells)))
-    axes[0][0].set_yticklabels(cells, fontsize=8)
-    axes[0][0].invert_yaxis()
-    axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig, ax = plt.subplots(figsize=(8.5, 0.3 * len(cells) + 1.9))
+    # Each mode a little off the cell's line, so that equal ratios do not hide each other.
+    step = 0.6 / max(len(modes), 1)
+    lowest, highest = 1.0, 1.0
+    unmatched: dict[str, list[str]] = {}
+    for j, mode in enumerate(modes):
+        ys, xs = [], []
+        for r in results:
+            if r["mode"] != mode:
+                continue
+            ratio, _ = peer_ratio(r)
+            if ratio is None:
+                unmatched.setdefault(r["cell"], []).append(mode)
+                continue
+            ys.append(cells.index(r["cell"]) + (j - (len(modes) - 1) / 2) * step)
+            xs.append(ratio)
+        lowest, highest = min([lowest, *xs]), max([highest, *xs])
+        marker, color = MODE_MARKERS.get(mode, ("^", "#7f7f7f"))
+        eager = mode in EAGER_MODES
+        ax.plot(xs, ys, linestyle="none", marker=marker, markersize=5.5,
+                markerfacecolor="none" if eager else color, markeredgecolor=color,
+                label=MODE_TITLES[mode] + (" (repeat call)" if eager else ""))
+    lo, hi = lowest / 1.5, highest * 1.5
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.axvspan(1.0, hi, color="#d62728", alpha=0.07, lw=0)
+    ax.axvline(1.0, color="black", lw=1)
+    for cell, missed in unmatched.items():
+        ax.annotate(f"no ratio: {', '.join(missed)}", (1, cells.index(cell)),
+                    xycoords=("axes fraction", "data"), xytext=(-3, 0),
+                    textcoords="offset points", ha="right", va="center", fontsize=6.5,
+                    color="#7f7f7f")
+    ax.set_yticks(range(len(cells)))
+    ax.set_yticklabels(cells, fontsize=7.5)
+    ax.set_ylim(len(cells) - 0.5, -0.5)
+    for i in range(1, len(cells)):
+        ax.axhline(i - 0.5, color="#dddddd", lw=0.5)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("jaxpool's median time / the fastest correct peer's (log; right of 1: "
+                  "jaxpool slower)", fontsize=8.5)
+    title = "jaxpool against the fastest peer whose values match torch"
+    if meta:
+        title += f"\n{meta.get('date', '')}, {meta.get('machine', '')}"
+    ax.set_title(title, fontsize=9)
+    # The jitted modes on the legend's first line, the eager ones under them.
+    handles = dict(zip(*ax.get_legend_handles_labels()[::-1]))
+    labels = list(handles)
+    jit = [t for t, m in zip(labels, modes) if m not in EAGER_MODES]
+    eager = [t for t, m in zip(labels, modes) if m in EAGER_MODES]
+    ncol = max(len(jit), len(eager), 1)
+    order = [t for i in range(ncol) for t in (jit[i:i + 1] + eager[i:i + 1])]
+    legend_in = 0.25 * (1 + bool(jit and eager)) + 0.1
+    fig.legend([handles[t] for t in order], order, loc="lower center", ncol=ncol, fontsize=7.5,
+               frameon=False)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
