@@ -3,12 +3,15 @@
 Exit status 0 only if every check passed (1 if any failed, 2 for bad arguments). The cases
 run in one worker process per CPU, and the compiled programs and torch's results are kept
 in a per-user cache directory between runs (``--no-cache`` to compute everything afresh).
+``python -m parity picture RESULTS.json PNG`` draws the picture of a saved ``--json`` run.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import pathlib
 import sys
 import time
@@ -18,6 +21,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from . import grid
+from . import picture as picture_mod
 from . import report as report_mod
 from . import runner
 from .ops import OPS
@@ -34,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m parity",
         description="Check jaxpool against torch.nn.functional: forward values and "
                     "derivatives to order 3, every op, dtype and layout.",
+        epilog="python -m parity picture RESULTS.json PNG: draw the picture of an earlier "
+               "run's --json results again, without running the cases.",
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true",
@@ -55,7 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=pathlib.Path, metavar="PATH",
                    help="write results as JSON (every case and check)")
     p.add_argument("--markdown", type=pathlib.Path, metavar="PATH",
-                   help="write results as a Markdown report (a row per op, then per case)")
+                   help="write results as a Markdown report (a row per op, then per case) "
+                        "that shows the --picture PNG (default: PATH with the suffix .png, "
+                        "when matplotlib is installed)")
+    p.add_argument("--picture", type=pathlib.Path, metavar="PATH",
+                   help="draw a PNG of the worst error / tolerance per op and derivative "
+                        "order (needs matplotlib)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help=f"worker processes (default: one per CPU, here {runner.default_jobs()}; "
                         "1 runs in this process)")
@@ -99,8 +110,13 @@ def select_cases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["picture"]:
+        return picture_mod.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.picture and not picture_mod.available():
+        parser.error(f"--picture: {picture_mod.MISSING_MATPLOTLIB}")
     console = Console(width=None if sys.stdout.isatty() else 160)
     cases = select_cases(args, parser)
     if args.list:
@@ -135,11 +151,22 @@ def main(argv: list[str] | None = None) -> int:
 
     render = report_mod.render_table if args.detail else report_mod.render_summary
     render(results, console, seconds)
+    doc = report_mod.to_json(results, seconds)
     if args.json:
-        args.json.write_text(report_mod.to_json(results, seconds))
+        args.json.write_text(doc)
         console.print(f"JSON written to {args.json}")
+    picture = args.picture
+    if picture is None and args.markdown:
+        if picture_mod.available():
+            picture = args.markdown.with_suffix(".png")
+        else:  # the report is complete without it
+            console.print(f"no picture: {picture_mod.MISSING_MATPLOTLIB}", style="dim")
+    if picture:
+        picture_mod.write_picture(json.loads(doc), picture)
+        console.print(f"Picture written to {picture}")
     if args.markdown:
-        args.markdown.write_text(report_mod.to_markdown(results, seconds))
+        shown = picture and pathlib.Path(os.path.relpath(picture, args.markdown.parent)).as_posix()
+        args.markdown.write_text(report_mod.to_markdown(results, seconds, shown or None))
         console.print(f"Markdown written to {args.markdown}")
     return 0 if all(r.ok for r in results) else 1
 

@@ -259,8 +259,10 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
     return json.dumps(doc, indent=2)
 
 
-def to_markdown(results: Sequence[CaseResult], seconds: float | None = None) -> str:
-    """A GitHub-flavoured Markdown table with the summary and failure details."""
+def to_markdown(results: Sequence[CaseResult], seconds: float | None = None,
+                picture: str | None = None) -> str:
+    """A GitHub-flavoured Markdown table with the summary and failure details; ``picture``,
+    the path of the ``--picture`` PNG relative to the report, is shown under the table."""
     orders = _orders(results)
     env = _environment()
     lines = [
@@ -281,6 +283,8 @@ def to_markdown(results: Sequence[CaseResult], seconds: float | None = None) -> 
         errors = f"{o.errors - o.failed_errors}/{o.errors}" if o.errors else "-"
         lines.append(f"| {o.op} | {o.cases} | {o.checks - o.failed_checks}/{o.checks} | "
                      + " | ".join(cells) + f" | {errors} | {'pass' if o.ok else '**FAIL**'} |")
+    if picture:
+        lines += ["", f"![worst error over its tolerance, per op and order]({picture})"]
     lines += [
         "",
         "## Every case",
