@@ -144,26 +144,33 @@ def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax
     return functools.reduce(jnp.add, terms)
 
 
-def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range) -> list:
-    """The outputs ``outputs`` one by one, from single-element slices."""
+def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
+                 row=None) -> list:
+    """The outputs ``outputs`` one by one, each tap a one-element row from ``row(j)``
+    (default: a slice of ``x``)."""
+    if row is None:
+        def row(j):
+            return lax.slice_in_dim(x, j, j + 1, axis=axis)
     rows: dict[int, jax.Array] = {}
 
-    def row(j):
+    def cached(j):
         if j not in rows:
-            rows[j] = lax.slice_in_dim(x, j, j + 1, axis=axis)
+            rows[j] = row(j)
         return rows[j]
 
-    return [_weighted(x, axis, plan, [row(j) for j in plan.taps[i]], plan.weights[i])
+    return [_weighted(x, axis, plan, [cached(j) for j in plan.taps[i]], plan.weights[i])
             for i in outputs]
 
 
 def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """One strided slice per distinct tap start of the periodic stretch, shared by the
     phases that read it, the phases interleaved (stacked after the axis and reshaped), and
-    the edge outputs written out. (A slice per phase and tap made the transpose one
-    input-sized pad per phase and tap, which XLA:CPU writes out one by one when the next
-    axis's transpose reads the sum: bilinear x2 on 4x256x32x32, 10 kernels against 8, the
-    second derivative 62 -> 39 ms in one process.)"""
+    the edge outputs written out from rows of those slices where they hold the tap.
+
+    Why shared: the transpose of a slice is an input-sized pad, and where the next axis's
+    transpose reads the sum of such pads, XLA:CPU writes each one out. A slice per phase and
+    tap, and a slice of ``x`` per edge tap, made bilinear x2 on 4x256x32x32 10 kernels (7
+    input-sized pads); shared slices 8, and edge rows cut from them 6."""
     phases = plan.phases()
     assert phases is not None  # chosen only for a periodic axis
     count, step = phases.count, phases.step
@@ -182,8 +189,16 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     else:
         stacked = jnp.stack(values, axis=axis + 1)
         interior = stacked.reshape(x.shape[:axis] + (count * phases.period,) + x.shape[axis + 1:])
-    parts = (_written_out(x, axis, plan, range(phases.first)) + [interior]
-             + _written_out(x, axis, plan, range(phases.stop, plan.out_size)))
+
+    def row(j: int) -> jax.Array:
+        for start, taps in sliced.items():
+            q, r = divmod(j - start, step)
+            if r == 0 and 0 <= q < count:
+                return lax.slice_in_dim(taps, q, q + 1, axis=axis)
+        return lax.slice_in_dim(x, j, j + 1, axis=axis)
+
+    parts = (_written_out(x, axis, plan, range(phases.first), row) + [interior]
+             + _written_out(x, axis, plan, range(phases.stop, plan.out_size), row))
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
