@@ -43,6 +43,8 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         return _with_matrix_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
         return _with_matrix_tangent(x, axis, plan, _selections)
+    if strategy == "window-sums":
+        return _tap_sums(x, axis, plan)
     return _with_matrix_tangent(x, axis, plan, _matmul_keeping_nonfinite)
 
 

@@ -30,7 +30,7 @@ bfloat16 and float32 inputs (torch's ``opmath`` type), ``float64`` for float64."
 MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 
 SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "picks",
-                       "selections", "matrix")
+                       "selections", "window-sums", "matrix")
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
@@ -285,12 +285,15 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
       per bit of its position there);
     - ``selections``: an arbitrary scale with the same number of taps per output (linear,
       bicubic): each tap picked as ``picks`` does, times a constant weight vector;
-    - ``matrix``: small axes and antialias (whose outputs have different numbers of
-      taps): a product with the ``[out, in]`` matrix of the map, with a second product
-      that keeps NaN and inf where torch puts them.
+    - ``window-sums``: antialias (whose outputs have different numbers of taps): each
+      block of outputs multiplies its window of the input by its constant weights, zero
+      outside its taps by a select (so NaN and inf reach only the outputs that tap them),
+      and sums: ``length`` products per output, where a matrix product spends ``in``;
+    - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
+      second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``selections`` and ``matrix`` sums each output's products from
-    the same windows (``jaxpool._resample._tap_sums``).
+    The derivative rule of ``selections`` and ``matrix`` is ``window-sums``
+    (``jaxpool._resample._tap_sums``), which is its own.
     """
     n, k = plan.in_size, plan.out_size
     one_tap = all(len(t) == 1 for t in plan.taps)
@@ -311,7 +314,7 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     if phases is not None and (phases.period + phases.first + k - phases.stop) * ntaps \
             <= MAX_PHASE_SLICES:
         return "phases"
-    return "selections" if all(len(t) == ntaps for t in plan.taps) else "matrix"
+    return "selections" if all(len(t) == ntaps for t in plan.taps) else "window-sums"
 
 
 # --- torch's arithmetic ------------------------------------------------------------------

@@ -132,6 +132,8 @@ CASES = {
                                                  "antialias": True}),
     "bicubic antialias": ((2, 3, 15, 9), {"size": (4, 12), "mode": "bicubic",
                                           "antialias": True}),
+    "bilinear antialias large (window-sums)": ((1, 2, 40, 9), {
+        "size": (13, 4), "mode": "bilinear", "antialias": True}),
     "area": ((2, 3, 10, 7), {"size": (4, 3), "mode": "area"}),
 }
 
@@ -240,7 +242,8 @@ def test_channels_last_is_the_transposed_call(name, rng):
 
 # One case per strategy in the default run (each transform compiles a program of its own).
 TRANSFORM_CASES = ["nearest 1d ragged (picks)", "nearest 3d scale 1.7 (phases, copies)",
-                   "bilinear align_corners (matrix)", "bicubic arbitrary scale (selections)"]
+                   "bilinear align_corners (matrix)", "bicubic arbitrary scale (selections)",
+                   "bilinear antialias large (window-sums)"]
 
 
 @pytest.mark.parametrize("name", [
@@ -332,6 +335,7 @@ DERIVATIVE_CASES = {
     "nonfinite-to-nan": ((1, 2, 4, 5), {"size": (4, 9), "mode": "bilinear"}),
     "selections": ((1, 1, 20, 2), {"size": (27, 2), "mode": "bicubic"}),
     "antialias": ((1, 2, 9, 7), {"size": (4, 3), "mode": "bilinear", "antialias": True}),
+    "window-sums": ((1, 1, 40, 3), {"size": (13, 2), "mode": "bicubic", "antialias": True}),
 }
 
 
