@@ -40,12 +40,12 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     if strategy == "phases":
         return _phases(x, axis, plan)
     if strategy == "picks":
-        return _with_matrix_tangent(x, axis, plan, _picks, copies=True)
+        return _with_tap_sums_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
-        return _with_matrix_tangent(x, axis, plan, _selections)
+        return _with_tap_sums_tangent(x, axis, plan, _selections)
     if strategy == "window-sums":
-        return _tap_sums(x, axis, plan)
-    return _with_matrix_tangent(x, axis, plan, _matmul_keeping_nonfinite)
+        return _with_tap_sums_tangent(x, axis, plan, _tap_sums)
+    return _with_tap_sums_tangent(x, axis, plan, _matmul_keeping_nonfinite)
 
 
 def _padded(x: jax.Array, axis: int, windows: Windows) -> tuple[jax.Array, int]:
@@ -204,10 +204,10 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
-def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
+def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
                          copies: bool = False) -> jax.Array:
-    """Values from ``values`` (``_matmul_keeping_nonfinite`` or ``_selections``),
-    derivatives from ``_tap_sums`` (the map is linear, so its derivative is itself whatever
+    """Values from ``values`` (``_matmul_keeping_nonfinite``, ``_selections``, ``_picks``
+    or ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its derivative is itself whatever
     the input holds), which keeps a tangent's or cotangent's NaN and inf where torch does.
     The selections' own transpose, a sum of one pad per run, ran 150x slower than a
     product's on XLA:CPU (4x64x64x64 -> 128 gradient: 23 s)."""
@@ -219,12 +219,13 @@ def _with_matrix_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
     @resampled.defjvp
     def resampled_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return resampled(x), _tap_sums(t, axis, plan, copies)
+        return resampled(x), _tap_sums(t, axis, plan, copies, stacked=True)
 
     return resampled(x)
 
 
-def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False) -> jax.Array:
+def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False,
+              stacked: bool = False) -> jax.Array:
     """``sum_t w_t * t[tap_t]`` along ``axis`` (a tangent rule), each output's products
     picked by a select with the constant tap support and summed: a NaN or inf reaches only
     the outputs that tap it, a zero weight included (``0 * inf``), and the transpose (a
@@ -234,11 +235,21 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False)
     repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. Each block of outputs
     reads its own window (``plan.windows()``), so the work is ``length`` per output rather
     than ``in``, and the program's size does not depend on the extents. Where every output
-    copies one element (``copies``), the sum keeps a ``-0`` tangent, as torch's copy does."""
+    copies one element (``copies``), the sum keeps a ``-0`` tangent, as torch's copy does.
+
+    ``stacked`` (the tangent rule): each window repeated for its block's outputs by
+    stacking copies rather than by a broadcast, the same values; the transpose of a
+    broadcast is a reduction, which XLA:CPU runs on a written-out spread of every window
+    for every output, where the copies' transpose is one fused sum (the gradient of
+    bicubic 224 -> 299 on 8x3 float32: 114 -> 43 ms; as a forward, the copies cost more:
+    antialias 512 -> 224, 125 -> 157 ms, so the values keep the broadcast)."""
     windows = plan.windows()
     cut = _cut_windows(t, axis, windows)
-    spread = jnp.broadcast_to(jnp.expand_dims(cut, axis + 1),
-                              cut.shape[:axis + 1] + (windows.block,) + cut.shape[axis + 1:])
+    if stacked:
+        spread = jnp.stack([cut] * windows.block, axis=axis + 1)
+    else:
+        spread = jnp.broadcast_to(jnp.expand_dims(cut, axis + 1),
+                                  cut.shape[:axis + 1] + (windows.block,) + cut.shape[axis + 1:])
     trailing = (1,) * (t.ndim - axis - 1)
     terms = []
     for weights, support in windows.layers:
