@@ -10,7 +10,9 @@ Run from the repository root:
 Each side's output in each mode is first compared with torch's in float64 (as the pooling
 grid does); a side that differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of
 sum(y**2)), `gradgrad` (gradient of that gradient's squared norm) under jax.jit, and
-`eager-fwd` / `eager-grad` (repeat calls without jax.jit). Candidate strategies: jaxpool
+`eager-fwd` / `eager-grad` (repeat calls without jax.jit). `floor` (forward only): a jitted
+negation of (input + output) / 2 float32 elements, which reads and writes the bytes the
+forward must, once each: this machine's memory bandwidth for the cell. Candidate strategies: jaxpool
 with every axis forced to the matrix product (`jaxpool-matrix`) or to strided slices per
 phase (`jaxpool-phases`), on the cells whose scale allows both.
 
@@ -25,6 +27,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import sys
 import time
@@ -56,6 +59,16 @@ CELLS = (
     Cell("bilinear antialias 512 -> 224, 8x3", (8, 3, 512, 512),
          {"size": (224, 224), "mode": "bilinear", "antialias": True}),
     Cell("PixelShuffle(3), 8x576x32x32", (8, 576, 32, 32), shuffle=3),
+    # decoder, detection and 3d shapes
+    Cell("bilinear x2, 4x256x32x32", (4, 256, 32, 32), {"scale_factor": 2, "mode": "bilinear"}),
+    Cell("bilinear 24 -> 192, 4x21", (4, 21, 24, 24), {"size": (192, 192), "mode": "bilinear"}),
+    Cell("trilinear x2, 2x32x16^3", (2, 32, 16, 16, 16), {"scale_factor": 2, "mode": "trilinear"}),
+    Cell("bilinear antialias 336 -> 112, 8x3", (8, 3, 336, 336),
+         {"size": (112, 112), "mode": "bilinear", "antialias": True}),
+    Cell("bicubic 14 -> 21 (position embedding), 1x768", (1, 768, 14, 14),
+         {"size": (21, 21), "mode": "bicubic"}),
+    Cell("nearest 1.9355 (Mask R-CNN mask), 2x1x51x124", (2, 1, 51, 124),
+         {"scale_factor": 1.9355, "mode": "nearest", "recompute_scale_factor": True}),
 )
 
 
@@ -73,7 +86,7 @@ def forced(strategy: str | None):
 
     def choose(plan):
         chosen = original(plan)
-        if chosen in ("phases", "selections", "matrix") and not plan.copies:
+        if chosen in ("phases", "selections", "window-sums", "matrix") and not plan.copies:
             if strategy == "phases" and plan.phases() is None:
                 return chosen
             return strategy
@@ -100,23 +113,47 @@ def _jax_image(cell: Cell):
         return None
     kw = cell.kwargs
     mode = kw.get("mode", "nearest")
-    b, c, h, w = cell.shape
-    if "size" in kw:
-        oh, ow = kw["size"]
-    else:
-        oh, ow = h * kw["scale_factor"], w * kw["scale_factor"]
+    lead, spatial = cell.shape[:2], cell.shape[2:]
+    out = _out_extents(cell)
+    axes = tuple(range(2, len(cell.shape)))
     if mode == "nearest":
-        return lambda x: jax.image.resize(x, (b, c, oh, ow), "nearest")
-    if mode == "bilinear" and not kw.get("align_corners"):
-        return lambda x: jax.image.resize(x, (b, c, oh, ow), "linear",
+        return lambda x: jax.image.resize(x, lead + out, "nearest")
+    if mode in ("bilinear", "trilinear") and not kw.get("align_corners"):
+        return lambda x: jax.image.resize(x, lead + out, "linear",
                                           antialias=kw.get("antialias", False))
-    if mode == "bilinear":  # align_corners: in = out * (n-1)/(out-1)
-        sh, sw = (oh - 1) / (h - 1), (ow - 1) / (w - 1)
-        scale = jnp.array([sh, sw], jnp.float32)
-        translation = jnp.array([0.5 - 0.5 * sh, 0.5 - 0.5 * sw], jnp.float32)
-        return lambda x: jax.image.scale_and_translate(x, (b, c, oh, ow), (2, 3), scale,
+    if mode in ("bilinear", "trilinear"):  # align_corners: in = out * (n-1)/(out-1)
+        s = [(k - 1) / (n - 1) for n, k in zip(spatial, out)]
+        scale = jnp.array(s, jnp.float32)
+        translation = jnp.array([0.5 - 0.5 * v for v in s], jnp.float32)
+        return lambda x: jax.image.scale_and_translate(x, lead + out, axes, scale,
                                                        translation, "linear", antialias=False)
     return None
+
+
+def _out_extents(cell: Cell) -> tuple[int, ...]:
+    from jaxpool.sampling import plan_interpolate
+
+    if cell.shuffle:
+        b, c, h, w = cell.shape
+        return (h * cell.shuffle, w * cell.shuffle)
+    sizes, _ = plan_interpolate("", cell.shape, np.float32, **cell.kwargs)
+    return tuple(sizes)
+
+
+def _floor(cell: Cell):
+    """The cell's floor: a jitted negation of a float32 array of (input + output) / 2
+    elements, which reads and writes the bytes the forward must read and write, once each,
+    with no choice of source (this machine's memory bandwidth for the cell)."""
+    import jax
+    import jax.numpy as jnp
+
+    inputs = math.prod(cell.shape)
+    outputs = math.prod(cell.shape[:2]) * math.prod(_out_extents(cell))
+    if cell.shuffle:
+        outputs //= cell.shuffle ** 2
+    a = jnp.zeros(((inputs + outputs) // 2,), jnp.float32)
+    fn = jax.jit(jnp.negative).lower(a).compile()
+    return lambda: jax.block_until_ready(fn(a))
 
 
 def _torch_op(cell: Cell):
@@ -142,7 +179,8 @@ def _sides(cell: Cell) -> dict:
     if not cell.shuffle:
         _, plan = plan_interpolate("", cell.shape, np.float32, **cell.kwargs)
         kinds = set(plan.strategies)
-        if kinds & {"phases", "selections", "matrix"} and not all(p.copies for p in plan.axes):
+        if (kinds & {"phases", "selections", "window-sums", "matrix"}
+                and not all(p.copies for p in plan.axes)):
             for strategy in ("matrix", "phases"):
                 sides[f"jaxpool-{strategy}"] = (_jaxpool_op(cell), strategy)
     image = _jax_image(cell)
@@ -180,17 +218,20 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 notes[name] = f"wrong ({wrong})"
                 continue
             fns[name] = (lambda fn=fn: jax.block_until_ready(fn(x)))
+        if mode == "fwd":
+            fns["floor"] = _floor(cell)
         timed = measure_against_torch(fns, _torch_op(cell), t, base, reps, min_sample_s)
         rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
 
-SIDES = ("jaxpool", "jaxpool-matrix", "jaxpool-phases", "jax.image", "torch", "torch-1t")
+SIDES = ("jaxpool", "jaxpool-matrix", "jaxpool-phases", "jax.image", "torch", "torch-1t",
+         "floor")
 
 
 def markdown(rows: list[dict], meta: str) -> str:
-    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / fastest peer |",
-             "|---|---|" + "---|" * (len(SIDES) + 1)]
+    lines = [meta, "", "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / fastest peer"
+             " | jaxpool / floor |", "|---|---|" + "---|" * (len(SIDES) + 2)]
     for r in rows:
         ms = r["ms"]
         cells = []
@@ -203,7 +244,9 @@ def markdown(rows: list[dict], meta: str) -> str:
                 cells.append("")
         peers = [ms[s] for s in ("jax.image", "torch", "torch-1t") if s in ms]
         ratio = f"{ms['jaxpool'] / min(peers):.2f}x" if peers else ""
-        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells) + f" | {ratio} |")
+        over = f"{ms['jaxpool'] / ms['floor']:.1f}x" if "floor" in ms else ""
+        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells)
+                     + f" | {ratio} | {over} |")
     notes = sorted({f"{r['cell']}: {side} {why}" for r in rows
                     for side, why in r["notes"].items()})
     if notes:
@@ -275,7 +318,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resampling")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--min-sample-s", type=float, default=0.01)
-    parser.add_argument("--cells", default="", help="only cells whose name contains this")
+    parser.add_argument("--cells", default="",
+                        help="only cells whose name contains this (then no compile-time "
+                             "table unless --compile-only)")
     parser.add_argument("--markdown", help="splice the tables into this file's sections")
     parser.add_argument("--compile-only", action="store_true",
                         help="only the compile-time table")
@@ -283,10 +328,11 @@ def main(argv=None) -> int:
     import jax
     import torch
 
-    compiles = compile_table()
-    print(compiles)
-    if args.markdown:
-        splice(args.markdown, compiles, *markers("resampling-compile"))
+    if args.compile_only or not args.cells:
+        compiles = compile_table()
+        print(compiles)
+        if args.markdown:
+            splice(args.markdown, compiles, *markers("resampling-compile"))
     if args.compile_only:
         return 0
 
