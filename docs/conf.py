@@ -36,7 +36,7 @@ autodoc_preserve_defaults = True
 exclude_patterns = ["img"]
 toc_object_entries = False  # the contents list pages and sections, not every function
 html_theme = "alabaster"
-html_theme_options = {"page_width": "1100px"}  # room for the signatures
+html_theme_options = {"page_width": "1250px"}  # room for the signatures and code
 html_static_path: list[str] = []
 
 

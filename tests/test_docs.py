@@ -1,13 +1,20 @@
 """The documentation: the Sphinx build passes with warnings as errors and documents every
-public name, and every example in the docstrings and the guide runs and prints what it says."""
+public name, and every example in the docstrings and the guide runs: the ``>>>`` examples
+print what they say, and every ``.. code-block:: python`` of a page runs on its own in a
+fresh interpreter, as a reader would copy it. Shell blocks name real scripts and modules;
+``literalinclude`` shows the examples' own code, which ``tests/test_examples.py`` runs."""
 
 import doctest
 import importlib
+import importlib.util
 import inspect
+import os
 import pathlib
 import pkgutil
+import re
 import subprocess
 import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -98,3 +105,90 @@ def test_examples_cover_every_public_function():
                and f"{getattr(jaxpool, name).__module__}.{getattr(jaxpool, name).__name__}"
                not in examples]
     assert not without, f"public functions without an example in their docstring: {without}"
+
+
+# --- the guide's code blocks ------------------------------------------------------------------
+
+DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block::[ \t]*(?P<language>\S*)[ \t]*$")
+LANGUAGES = {"python", "bash", "text"}  # python runs; bash is checked for real commands
+
+
+def code_blocks(text: str) -> list[tuple[int, str, str]]:
+    """(line of the directive, language, code) of every ``.. code-block::`` of a page."""
+    lines, blocks = text.splitlines(), []
+    for number, line in enumerate(lines):
+        match = DIRECTIVE.match(line)
+        if not match:
+            continue
+        indent, body, i = len(match["indent"]), [], number + 1
+        while i < len(lines) and lines[i].strip().startswith(":"):  # the directive's options
+            i += 1
+        while i < len(lines) and (not lines[i].strip()
+                                  or len(lines[i]) - len(lines[i].lstrip()) > indent):
+            body.append(lines[i])
+            i += 1
+        blocks.append((number + 1, match["language"], textwrap.dedent("\n".join(body)).strip()
+                       + "\n"))
+    return blocks
+
+
+def _page_blocks(language: str):
+    for page in sorted(DOCS.glob("*.rst")):
+        for line, lang, code in code_blocks(page.read_text()):
+            if lang == language:
+                yield pytest.param(code, id=f"docs/{page.name}:{line}")
+
+
+def test_code_blocks_are_found_as_written():
+    text = ("Intro.\n\n.. code-block:: python\n   :caption: x\n\n   import a\n\n   b = 1\n"
+            "\nText.\n\n  .. code-block:: bash\n\n     ls\n")
+    assert code_blocks(text) == [(3, "python", "import a\n\nb = 1\n"), (12, "bash", "ls\n")]
+
+
+def test_every_code_block_is_of_a_checked_kind():
+    odd = []
+    for page in sorted(DOCS.glob("*.rst")):
+        text = page.read_text()
+        odd += [f"{page.name}:{line} {lang!r}" for line, lang, _ in code_blocks(text)
+                if lang not in LANGUAGES]
+        # a bare ``::`` literal block or another code directive would not be run
+        odd += [f"{page.name}:{n + 1} {line.strip()!r}"
+                for n, line in enumerate(text.splitlines())
+                if (line.rstrip().endswith("::") and not line.lstrip().startswith(".."))
+                or re.match(r"\s*\.\. (code|sourcecode)::", line)]
+    assert not odd, f"code blocks that the tests would not run: {odd}"
+
+
+PYTHON_BLOCKS = list(_page_blocks("python"))
+
+
+def test_the_guide_has_python_blocks():
+    assert len(PYTHON_BLOCKS) >= 3, "no python code blocks found: has the directive changed?"
+
+
+@pytest.mark.parametrize("code", PYTHON_BLOCKS)
+def test_python_block_runs_on_its_own(code, tmp_path):
+    if "jaxpool.torchax" in code and importlib.util.find_spec("torchax") is None:
+        pytest.skip("torchax is not installed")
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (
+        f"the block fails when run on its own:\n{code}\n--- stderr ---\n{result.stderr[-3000:]}")
+
+
+def _module_exists(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return (path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+            or importlib.util.find_spec(name.split(".")[0]) is not None)
+
+
+@pytest.mark.parametrize("code", list(_page_blocks("bash")))
+def test_shell_blocks_name_real_scripts_and_modules(code):
+    scripts = re.findall(r"python (?:-\S+ )*(\S+\.py)", code)
+    modules = re.findall(r"python -m (\S+)", code)
+    missing = [s for s in scripts if not (ROOT / s).is_file()]
+    missing += [m for m in modules if not _module_exists(m)]
+    assert not missing, f"shell commands that name nothing in the repository: {missing}"
