@@ -160,8 +160,34 @@ def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
             rows[j] = row(j)
         return rows[j]
 
-    return [_weighted(x, axis, plan, [cached(j) for j in plan.taps[i]], plan.weights[i])
-            for i in outputs]
+    # A run of outputs with the same taps (the clamped ends of an upsampling) is one piece:
+    # each tap's row times a vector of the run's weights (the same products, in the same
+    # order). XLA:CPU does not fuse a concatenation of many one-row pieces, or of one piece
+    # repeated, and wrote the whole axis out once more (DeepLab's x8: 4 outputs at each end).
+    parts: list[jax.Array] = []
+    outputs = list(outputs)
+    i = 0
+    while i < len(outputs):
+        taps = plan.taps[outputs[i]]
+        run = 1
+        while i + run < len(outputs) and plan.taps[outputs[i + run]] == taps:
+            run += 1
+        rows_of_run = [cached(j) for j in taps]
+        if run == 1:
+            parts.append(_weighted(x, axis, plan, rows_of_run, plan.weights[outputs[i]]))
+        else:
+            shape = [1] * x.ndim
+            shape[axis] = run
+            weights = [np.array([plan.weights[o][t] for o in outputs[i:i + run]]).reshape(shape)
+                       for t in range(len(taps))]
+            if plan.copies:
+                shape = list(rows_of_run[0].shape)
+                shape[axis] = run
+                parts.append(jnp.broadcast_to(rows_of_run[0], tuple(shape)))
+            else:
+                parts.append(_weighted(x, axis, plan, rows_of_run, weights))
+        i += run
+    return parts
 
 
 def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
