@@ -148,8 +148,8 @@ def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax
 
 def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
                  row=None) -> list:
-    """The outputs ``outputs`` one by one, each tap a one-element row from ``row(j)``
-    (default: a slice of ``x``)."""
+    """The outputs ``outputs``, a piece per run of equal taps (``plan.runs``), each tap a
+    one-element row from ``row(j)`` (default: a slice of ``x``)."""
     if row is None:
         def row(j):
             return lax.slice_in_dim(x, j, j + 1, axis=axis)
@@ -165,28 +165,20 @@ def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
     # order). XLA:CPU does not fuse a concatenation of many one-row pieces, or of one piece
     # repeated, and wrote the whole axis out once more (DeepLab's x8: 4 outputs at each end).
     parts: list[jax.Array] = []
-    outputs = list(outputs)
-    i = 0
-    while i < len(outputs):
-        taps = plan.taps[outputs[i]]
-        run = 1
-        while i + run < len(outputs) and plan.taps[outputs[i + run]] == taps:
-            run += 1
-        rows_of_run = [cached(j) for j in taps]
-        if run == 1:
-            parts.append(_weighted(x, axis, plan, rows_of_run, plan.weights[outputs[i]]))
+    for run in plan.runs(outputs):
+        rows_of_run = [cached(j) for j in plan.taps[run.start]]
+        if len(run) == 1:
+            parts.append(_weighted(x, axis, plan, rows_of_run, plan.weights[run.start]))
+        elif plan.copies:
+            shape = list(rows_of_run[0].shape)
+            shape[axis] = len(run)
+            parts.append(jnp.broadcast_to(rows_of_run[0], tuple(shape)))
         else:
             shape = [1] * x.ndim
-            shape[axis] = run
-            weights = [np.array([plan.weights[o][t] for o in outputs[i:i + run]]).reshape(shape)
-                       for t in range(len(taps))]
-            if plan.copies:
-                shape = list(rows_of_run[0].shape)
-                shape[axis] = run
-                parts.append(jnp.broadcast_to(rows_of_run[0], tuple(shape)))
-            else:
-                parts.append(_weighted(x, axis, plan, rows_of_run, weights))
-        i += run
+            shape[axis] = len(run)
+            weights = [np.array([plan.weights[o][t] for o in run]).reshape(shape)
+                       for t in range(len(rows_of_run))]
+            parts.append(_weighted(x, axis, plan, rows_of_run, weights))
     return parts
 
 

@@ -34,9 +34,9 @@ SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "pick
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
-# is computed from one strided slice per phase and tap, and its edge outputs (clamped taps)
-# one slice per tap; up to this many slices in all the program stays small, beyond it the
-# [out, in] matrix product is both smaller and faster.
+# is computed from strided slices, `taps` products per phase, and its edge outputs (clamped
+# taps) `taps` products per run of equal taps; up to this many products in all the program
+# stays small, beyond it the window strategies are smaller.
 MAX_PHASE_SLICES = 48
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
@@ -93,6 +93,17 @@ class AxisSampling:
 
     def phases(self) -> Phases | None:
         return find_phases(self)
+
+    def runs(self, outputs: range) -> list[range]:
+        """``outputs`` in runs of consecutive outputs with the same taps (the clamped ends
+        of an upsampling), each computed as one piece."""
+        out: list[range] = []
+        for i in outputs:
+            if out and self.taps[i] == self.taps[out[-1].start]:
+                out[-1] = range(out[-1].start, i + 1)
+            else:
+                out.append(range(i, i + 1))
+        return out
 
     def windows(self) -> Windows:
         """The outputs in blocks, each block's taps inside one window of a regular grid
@@ -311,9 +322,10 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     if n * k <= MAX_SMALL_MATRIX:
         return "matrix"
     ntaps = len(plan.taps[0])
-    if phases is not None and (phases.period + phases.first + k - phases.stop) * ntaps \
-            <= MAX_PHASE_SLICES:
-        return "phases"
+    if phases is not None:
+        edge_runs = len(plan.runs(range(phases.first))) + len(plan.runs(range(phases.stop, k)))
+        if (phases.period + edge_runs) * ntaps <= MAX_PHASE_SLICES:
+            return "phases"
     return "selections" if all(len(t) == ntaps for t in plan.taps) else "window-sums"
 
 
