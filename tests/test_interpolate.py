@@ -395,9 +395,10 @@ BACKWARD_DIFFERENCES = {
                                                   "mode": "bilinear", "antialias": True},
                                    "torch's antialias forward copies an axis whose extent "
                                    "does not change, its backward applies the filter"),
-    "bicubic unchanged extent": ((1, 1, 5, 6), {"scale_factor": 1.1, "mode": "bicubic"},
-                                 "torch's bicubic backward copies an axis whose extent does "
-                                 "not change, its forward applies the cubic taps"),
+    "bicubic unchanged size": ((1, 1, 5, 6), {"scale_factor": 1.1, "mode": "bicubic"},
+                               "torch's bicubic backward copies when the whole output has "
+                               "the input's size (with one axis changed it is the transpose "
+                               "of the forward), its forward applies the cubic taps"),
 }
 
 
