@@ -225,8 +225,9 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
                          copies: bool = False) -> jax.Array:
     """Values from ``values`` (``_matmul_keeping_nonfinite``, ``_selections``, ``_picks``
-    or ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its derivative is itself whatever
-    the input holds), which keeps a tangent's or cotangent's NaN and inf where torch does.
+    or ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its
+    derivative is itself whatever the input holds), which keeps a tangent's or cotangent's
+    NaN and inf where torch does.
     The selections' own transpose, a sum of one pad per run, ran 150x slower than a
     product's on XLA:CPU (4x64x64x64 -> 128 gradient: 23 s)."""
 

@@ -303,8 +303,9 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
       second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``selections`` and ``matrix`` is ``window-sums``
-    (``jaxpool._resample._tap_sums``), which is its own.
+    The derivative rule of ``picks``, ``selections``, ``window-sums`` and ``matrix`` is the
+    window sums (``jaxpool._resample._tap_sums``), each window repeated for its block's
+    outputs by stacked copies.
     """
     n, k = plan.in_size, plan.out_size
     one_tap = all(len(t) == 1 for t in plan.taps)
