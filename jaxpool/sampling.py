@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -354,11 +355,29 @@ def compute_scale(in_size: int, out_size: int, align_corners: bool, scale: float
     return f(in_size) / f(out_size)
 
 
+def _fused_multiply_add(a, b: float, c: float, precision: str):
+    """``a*b + c`` rounded once to ``precision``, as torch's compiled kernels compute it
+    (the compiler fuses it into one FMA instruction): the rounding decides whether a source
+    index that is an integer in exact arithmetic lands just above it, and so whether a tap
+    weighs ``0`` (``0 * inf`` is NaN) or a tiny fraction (inf stays inf)."""
+    exact = Fraction(float(a)) * Fraction(b) + Fraction(c)
+    nearest = float(exact)  # correctly rounded to float64
+    if precision != "float32":
+        return np.float64(nearest)
+    single = np.float32(nearest)
+    if Fraction(nearest) == exact:
+        return single
+    # Rounding twice (to float64, then float32) can miss by one float32 step.
+    candidates = (np.nextafter(single, np.float32(-np.inf)), single,
+                  np.nextafter(single, np.float32(np.inf)))
+    return min(candidates, key=lambda v: abs(Fraction(float(v)) - exact))
+
+
 def _source_index(scale, i: int, align_corners: bool, cubic: bool, precision: str):
     f = _scalar(precision)
     if align_corners:
         return scale * f(i)
-    src = scale * (f(i) + f(0.5)) - f(0.5)
+    src = _fused_multiply_add(scale, i + 0.5, -0.5, precision)
     return f(0) if (not cubic and src < 0) else src
 
 
