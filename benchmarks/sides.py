@@ -205,10 +205,13 @@ def equinox_side(case):
 
 
 def floor_side(case):
-    import jax.numpy as jnp
+    """A plain copy of the bytes the forward must read and write: a negation of the input's
+    first (input + output) / 2 elements (this machine's memory bandwidth for the cell),
+    differentiated the same way as every side."""
+    import math
 
-    axes = case.spatial_axes
-    return (lambda x: jnp.sum(x, axis=axes)), None
+    moved = (math.prod(case.shape) + math.prod(case.output_shape)) // 2
+    return (lambda x: -x.reshape(-1)[:moved]), None
 
 
 def reduce_window_side(case):
