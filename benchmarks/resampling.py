@@ -26,16 +26,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import math
-import os
 import sys
 import time
 
 import numpy as np
 
 from benchmarks.report import markers, splice
-from benchmarks.runner import check, jax_mode, measure_against_torch, torch_mode
+from benchmarks.runner import Device, check, jax_mode, measure_against_torch, torch_mode
 
 JIT_MODES = ("fwd", "grad", "gradgrad")
 EAGER_MODES = ("eager-fwd", "eager-grad")
@@ -140,7 +138,7 @@ def _out_extents(cell: Cell) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def _floor(cell: Cell):
+def _floor(cell: Cell, device: Device):
     """The cell's floor: a jitted negation of a float32 array of (input + output) / 2
     elements, which reads and writes the bytes the forward must read and write, once each,
     with no choice of source (this machine's memory bandwidth for the cell)."""
@@ -151,7 +149,7 @@ def _floor(cell: Cell):
     outputs = math.prod(cell.shape[:2]) * math.prod(_out_extents(cell))
     if cell.shuffle:
         outputs //= cell.shuffle ** 2
-    a = jnp.zeros(((inputs + outputs) // 2,), jnp.float32)
+    a = jax.device_put(jnp.zeros(((inputs + outputs) // 2,), jnp.float32), device.jax_device)
     fn = jax.jit(jnp.negative).lower(a).compile()
     return lambda: jax.block_until_ready(fn(a))
 
@@ -189,14 +187,14 @@ def _sides(cell: Cell) -> dict:
     return sides
 
 
-def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
+def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import torch
 
     rng = np.random.default_rng(0)
     x64 = rng.standard_normal(cell.shape)
-    x = jnp.asarray(x64, jnp.float32)
+    x = jax.device_put(jnp.asarray(x64, jnp.float32), device.jax_device)
     t = torch.from_numpy(x64.astype(np.float32))
     rows = []
     for mode in JIT_MODES + EAGER_MODES:
@@ -219,8 +217,9 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
                 continue
             fns[name] = (lambda fn=fn: jax.block_until_ready(fn(x)))
         if mode == "fwd":
-            fns["floor"] = _floor(cell)
-        timed = measure_against_torch(fns, _torch_op(cell), t, base, reps, min_sample_s)
+            fns["floor"] = _floor(cell, device)
+        timed = measure_against_torch(fns, _torch_op(cell), t, base, reps, min_sample_s,
+                                      device)
         rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
@@ -322,13 +321,17 @@ def main(argv=None) -> int:
                         help="only cells whose name contains this (then no compile-time "
                              "table unless --compile-only)")
     parser.add_argument("--markdown", help="splice the tables into this file's sections")
+    parser.add_argument("--section", default="resampling",
+                        help="the markers' name for the timing table (default resampling)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="where jax and torch run (gpu: torch on CUDA, no torch-1t)")
+    parser.add_argument("--no-compile-table", action="store_true",
+                        help="every cell's timings, without the compile-time table")
     parser.add_argument("--compile-only", action="store_true",
                         help="only the compile-time table")
     args = parser.parse_args(argv)
-    import jax
-    import torch
-
-    if args.compile_only or not args.cells:
+    device = Device(args.device)
+    if args.compile_only or not (args.cells or args.no_compile_table):
         compiles = compile_table()
         print(compiles)
         if args.markdown:
@@ -341,15 +344,13 @@ def main(argv=None) -> int:
         if args.cells and args.cells not in cell.name:
             continue
         start = time.perf_counter()
-        rows += run_cell(cell, args.reps, args.min_sample_s)
+        rows += run_cell(cell, args.reps, args.min_sample_s, device)
         print(f"{cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    meta = (f"Median ms per call of {args.reps} interleaved samples, float32, CPU "
-            f"({os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, jax {jax.__version__}).")
+    meta = f"Median ms per call of {args.reps} interleaved samples, float32, " + device.in_words()
     text = markdown(rows, meta)
     print(text)
     if args.markdown:
-        begin, end = markers("resampling")
+        begin, end = markers(args.section)
         splice(args.markdown, text, begin, end)
     return 0
 

@@ -52,6 +52,19 @@ class Device:
             return None
         return 1 if side == "torch-1t" else self.threads
 
+    def in_words(self) -> str:
+        """Where a table's sides ran, for its first line."""
+        import jax
+        import torch
+
+        from .machine import describe
+
+        if self.kind == "gpu":
+            return (f"{describe('gpu', self.jax_device)} (torch {torch.__version__} on CUDA, "
+                    f"jax {jax.__version__}).")
+        return (f"CPU ({cores()} cores, torch {torch.__version__} with {self.threads} "
+                f"threads, jax {jax.__version__}).")
+
     def sync_torch(self):
         if self.kind == "gpu":
             import torch
@@ -173,14 +186,20 @@ def measure(fns: dict[str, Callable[[], object]], reps: int, min_sample_s: float
 
 
 def measure_against_torch(fns: dict[str, Callable[[], object]], torch_op, t, mode: str,
-                          reps: int, min_sample_s: float) -> dict[str, dict]:
+                          reps: int, min_sample_s: float,
+                          device: Device | None = None) -> dict[str, dict]:
     """``measure`` of ``fns`` beside torch's ``torch_op`` on ``t`` in ``mode``, on all its
-    threads (``torch``) and on one (``torch-1t``): {"ms": medians, "spread": half the
+    threads (``torch``) and on one (``torch-1t``), or on the GPU (``torch`` alone, on a copy
+    of ``t`` there, where ``device`` is one): {"ms": medians, "spread": half the
     interquartile ranges}, milliseconds per call, one entry per side."""
     import torch
 
-    fns = dict(fns, torch=torch_mode(torch_op, t, mode),
-               **{"torch-1t": torch_mode(torch_op, t, mode, threads=1)})
+    if device is not None and device.kind == "gpu":
+        fns = dict(fns, torch=torch_mode(torch_op, t.to(device.torch_device), mode,
+                                         device.sync_torch))
+    else:
+        fns = dict(fns, torch=torch_mode(torch_op, t, mode),
+                   **{"torch-1t": torch_mode(torch_op, t, mode, threads=1)})
     threads = torch.get_num_threads()
     try:
         timed = measure(fns, reps, min_sample_s)

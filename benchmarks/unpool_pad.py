@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import time
 
 import numpy as np
 
 from benchmarks.report import markers, splice
-from benchmarks.runner import check, jax_mode, measure_against_torch, torch_mode
+from benchmarks.runner import Device, check, jax_mode, measure_against_torch, torch_mode
 
 JIT_MODES = ("fwd", "grad", "gradgrad")
 EAGER_MODES = ("eager-fwd", "eager-grad")
@@ -68,8 +67,9 @@ def _indices(cell: Cell) -> np.ndarray:
     return F.max_pool2d(encoder, 2, return_indices=True)[1].numpy()
 
 
-def _ops(cell: Cell, indices):
-    """(torch op, {side: jax op})."""
+def _ops(cell: Cell, indices, device: Device | None = None):
+    """(torch op, {side: jax op}); torch's indices on ``device`` (default the CPU)."""
+    import jax
     import jax.numpy as jnp
     import torch
     import torch.nn.functional as F
@@ -79,6 +79,9 @@ def _ops(cell: Cell, indices):
     if cell.op == "unpool":
         it = torch.from_numpy(indices)
         ij = jnp.asarray(indices.astype(np.int32))
+        if device is not None:
+            it = it.to(device.torch_device)
+            ij = jax.device_put(ij, device.jax_device)
         b, c, h, w = cell.shape
 
         def scatter(x, i):
@@ -115,16 +118,16 @@ def _floor(cell: Cell):
     return jax.jit(lambda x, _: lax.pad(x, jnp.zeros((), x.dtype), widths))
 
 
-def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
+def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import torch
 
     x64 = np.random.default_rng(0).standard_normal(cell.shape)
-    x = jnp.asarray(x64, jnp.float32)
+    x = jax.device_put(jnp.asarray(x64, jnp.float32), device.jax_device)
     t = torch.from_numpy(x64.astype(np.float32))
     indices = _indices(cell) if cell.op == "unpool" else None
-    torch_op, sides = _ops(cell, indices)
+    torch_op, sides = _ops(cell, indices, device)
     torch_op64, _ = _ops(cell, indices)
     rows = []
     for mode in JIT_MODES + EAGER_MODES:
@@ -148,7 +151,7 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float) -> list[dict]:
             floor = _floor(cell)
             fns["floor"] = (lambda floor=floor, extra=sides["jaxpool"][1]:
                             jax.block_until_ready(floor(x, extra)))
-        timed = measure_against_torch(fns, torch_op, t, base, reps, min_sample_s)
+        timed = measure_against_torch(fns, torch_op, t, base, reps, min_sample_s, device)
         rows.append({"cell": cell.name, "mode": mode, **timed, "notes": notes})
     return rows
 
@@ -188,24 +191,25 @@ def main(argv=None) -> int:
     parser.add_argument("--min-sample-s", type=float, default=0.01)
     parser.add_argument("--cells", default="", help="only cells whose name contains this")
     parser.add_argument("--markdown", help="splice the table into this file's section")
+    parser.add_argument("--section", default="unpool-pad",
+                        help="the markers' name for the table (default unpool-pad)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="where jax and torch run (gpu: torch on CUDA, no torch-1t)")
     args = parser.parse_args(argv)
-    import jax
-    import torch
-
+    device = Device(args.device)
     rows = []
     for cell in CELLS:
         if args.cells and args.cells not in cell.name:
             continue
         start = time.perf_counter()
-        rows += run_cell(cell, args.reps, args.min_sample_s)
+        rows += run_cell(cell, args.reps, args.min_sample_s, device)
         print(f"{cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
     meta = (f"Median ms per call of {args.reps} interleaved samples (± half the interquartile "
-            f"range), float32, CPU ({os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, jax {jax.__version__}).")
+            "range), float32, " + device.in_words())
     text = markdown(rows, meta)
     print(text)
     if args.markdown:
-        begin, end = markers("unpool-pad")
+        begin, end = markers(args.section)
         splice(args.markdown, text, begin, end)
     return 0
 
