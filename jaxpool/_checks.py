@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 
 import jax
+import jax.numpy
 import numpy as np
 
 INT_MAX = 2**31 - 1
@@ -22,6 +23,12 @@ def check_array(op: str, x) -> None:
         raise TypeError(f"{op} takes a JAX or NumPy array, got a torch tensor ({x.dtype}, "
                         f"shape {tuple(x.shape)}); convert it first: parity.to_jax(t) (bit for "
                         f"bit, bfloat16 included) or jnp.asarray(t.detach().cpu().numpy())")
+
+
+def as_jax(x) -> jax.Array:
+    """``x`` as a JAX array; one already (a tracer too) is passed through, which saves an
+    eager call a conversion."""
+    return x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
 
 
 def check_shape(op: str, shape, name: str = "input_shape") -> tuple[int, ...]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Literal, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
@@ -65,4 +64,4 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
     array = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
     plan = plan_pad(array.shape, pad, mode, value, channels_last)
     fill = np.asarray(plan.value).astype(np.dtype(array.dtype))
-    return _pad.pad(plan, jnp.asarray(array), jnp.asarray(fill))
+    return _pad.pad(plan, _checks.as_jax(array), fill)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxpool import _checks
+from jaxpool._memo import memoized_plan
 from jaxpool.plan import _default_stride, _spatial_axes
 from jaxpool.windows import AxisPlan
 
@@ -85,6 +86,7 @@ def choose_unpool_strategy(plan: UnpoolPlan) -> str:
     return "pads" if overlap else "interleave"
 
 
+@memoized_plan
 def plan_max_unpool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, padding=0,
                     output_size=None, channels_last=False, indices_shape=None,
                     indices_dtype=None) -> UnpoolPlan:
@@ -162,6 +164,7 @@ class PadPlan:
         return tuple(shape)
 
 
+@memoized_plan
 def plan_pad(shape, pad, mode="constant", value=None, channels_last=False) -> PadPlan:
     """torch's ``F.pad`` rules. ``pad`` holds pairs ``(lo, hi)`` from the last axis
     backwards; with ``channels_last`` from the axis before the last (the channels)

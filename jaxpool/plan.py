@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxpool import _checks
+from jaxpool._memo import memoized_plan
 from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
                              max_pool_plan)
 
@@ -68,6 +69,7 @@ def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:
     return tuple(range(first, first + ndim))
 
 
+@memoized_plan
 def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, padding=0,
                   ceil_mode=False, count_include_pad=True, divisor_override=None,
                   channels_last=False) -> PoolPlan:
@@ -96,6 +98,7 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
                     divisor_override)
 
 
+@memoized_plan
 def plan_adaptive(op: str, shape, dtype, ndim: int, output_size,
                   channels_last=False) -> PoolPlan:
     channels_last = _checks.check_channels_last(channels_last)
@@ -108,6 +111,7 @@ def plan_adaptive(op: str, shape, dtype, ndim: int, output_size,
     return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
 
 
+@memoized_plan
 def plan_global(op: str, shape, dtype, channels_last=False) -> PoolPlan:
     """Global average pooling of a rank-4 input: one window per channel."""
     channels_last = _checks.check_channels_last(channels_last)
@@ -117,6 +121,7 @@ def plan_global(op: str, shape, dtype, channels_last=False) -> PoolPlan:
     return PoolPlan(tuple(shape), _spatial_axes(len(shape), 2, channels_last), axes)
 
 
+@memoized_plan
 def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, padding=0,
                   dilation=1, ceil_mode=False, channels_last=False) -> PoolPlan:
     """torch's max_pool windows: ``dilation`` apart, padding never selected."""
@@ -139,6 +144,7 @@ def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
 
 
+@memoized_plan
 def plan_lp_pool(op: str, shape, dtype, ndim: int, norm_type, kernel_size, stride=None,
                  ceil_mode=False, channels_last=False) -> PoolPlan:
     """torch's lp_pool windows: average pooling's, with no padding."""

@@ -94,13 +94,13 @@ def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_includ
     x = _static(op, x)
     plan = plan_avg_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding,
                          ceil_mode, count_include_pad, divisor_override, channels_last)
-    return _mean(plan, jnp.asarray(x))
+    return _mean(plan, _checks.as_jax(x))
 
 
 def _adaptive_avg_pool(op, ndim, x, output_size, channels_last) -> jax.Array:
     x = _static(op, x)
     plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
-    return _mean(plan, jnp.asarray(x))
+    return _mean(plan, _checks.as_jax(x))
 
 
 def _max_pool(op, ndim, x, kernel_size, stride, padding, dilation, ceil_mode,
@@ -108,13 +108,13 @@ def _max_pool(op, ndim, x, kernel_size, stride, padding, dilation, ceil_mode,
     x = _static(op, x)
     plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding, dilation,
                          ceil_mode, channels_last)
-    return _max(plan, jnp.asarray(x), _checks.check_bool("return_indices", return_indices))
+    return _max(plan, _checks.as_jax(x), _checks.check_bool("return_indices", return_indices))
 
 
 def _adaptive_max_pool(op, ndim, x, output_size, return_indices, channels_last):
     x = _static(op, x)
     plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
-    return _max(plan, jnp.asarray(x), _checks.check_bool("return_indices", return_indices))
+    return _max(plan, _checks.as_jax(x), _checks.check_bool("return_indices", return_indices))
 
 
 def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_last):
@@ -124,14 +124,14 @@ def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_la
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
         plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, 0, 1,
                              ceil_mode, channels_last)
-        x = jnp.asarray(x)
+        x = _checks.as_jax(x)
         # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
         magnitude = x * jnp.sign(x)
         return (_max(plan, magnitude, False) if norm_type > 0
                 else -_max(plan, -magnitude, False))
     plan = plan_lp_pool(op, x.shape, x.dtype, ndim, norm_type, kernel_size, stride,
                         ceil_mode, channels_last)
-    return _power_mean(plan, jnp.asarray(x), norm_type)
+    return _power_mean(plan, _checks.as_jax(x), norm_type)
 
 
 # --- the public functions ---------------------------------------------------------------
@@ -624,7 +624,7 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
     """
     array = _static("global_avg_pool", x)
     plan = plan_global("global_avg_pool", array.shape, array.dtype, channels_last)
-    return _global_mean(plan, jnp.asarray(array))
+    return _global_mean(plan, _checks.as_jax(array))
 
 
 def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
@@ -644,7 +644,7 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
     """
     array = _static("global_max_pool", x)
     plan = plan_global("global_max_pool", array.shape, array.dtype, channels_last)
-    return _max(plan, jnp.asarray(array), False).reshape(plan.output_shape[0], -1)
+    return _max(plan, _checks.as_jax(array), False).reshape(plan.output_shape[0], -1)
 
 
 avg_pool = avg_pool2d
@@ -666,11 +666,11 @@ def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_siz
     values, index_array = _static(op, x), _static(op, indices)
     plan = plan_max_unpool(op, values.shape, values.dtype, ndim, kernel_size, stride, padding,
                            output_size, channels_last, index_array.shape, index_array.dtype)
-    index_array = jnp.asarray(index_array)
+    index_array = _checks.as_jax(index_array)
     if isinstance(index_array, jax.core.Tracer):
         # Traced indices (jit, vmap) cannot be checked: one outside its window is dropped.
-        return _unpool.max_unpool(plan, jnp.asarray(values), index_array)
-    out, count, first = _unpool.max_unpool_checked(plan, jnp.asarray(values), index_array)
+        return _unpool.max_unpool(plan, _checks.as_jax(values), index_array)
+    out, count, first = _unpool.max_unpool_checked(plan, _checks.as_jax(values), index_array)
     if first is not None:  # found only when the count is concrete and non-zero
         _reject_unplaced(op, plan, index_array, int(count), int(first))
     return out

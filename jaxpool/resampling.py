@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Sequence, Union
 
 import jax
-import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxpool import _resample
+from jaxpool import _checks, _resample
 from jaxpool.pooling import _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
 
@@ -84,7 +83,7 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
                                    channels_last)
     if plan is None:
         return _AREA[len(sizes)](array, sizes, channels_last=channels_last)
-    return _resample.run(plan, jnp.asarray(array))
+    return _resample.run(plan, _checks.as_jax(array))
 
 
 def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
@@ -147,7 +146,7 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
     array = _static("pixel_shuffle", x)
     r, _ = plan_pixel_shuffle("pixel_shuffle", array.shape, upscale_factor, channels_last,
                               inverse=False)
-    return _shuffle(jnp.asarray(array), r, bool(channels_last))
+    return _shuffle(_checks.as_jax(array), r, bool(channels_last))
 
 
 def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False
@@ -171,7 +170,7 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
     array = _static("pixel_unshuffle", x)
     r, _ = plan_pixel_shuffle("pixel_unshuffle", array.shape, downscale_factor, channels_last,
                               inverse=True)
-    return _unshuffle(jnp.asarray(array), r, bool(channels_last))
+    return _unshuffle(_checks.as_jax(array), r, bool(channels_last))
 
 
 _shuffle = jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2))

@@ -79,3 +79,52 @@ def test_under_jit_the_op_costs_no_call(op):
 
 def _values(out):
     return out[0] if isinstance(out, tuple) else out
+
+
+# Arguments that differ in type or in a zero's sign only: a remembered plan must never
+# answer for another of them.
+_LOOKALIKES = {
+    "plan_avg_pool": [
+        lambda f, k=k: f("avg_pool2d", (1, 2, 8, 8), np.dtype("float32"), 2, k)
+        for k in (2, 2.0, True, np.int64(2), [2, 2], (2, 2), (2, 2.0), (True, 2), "2")],
+    "plan_max_pool": [
+        lambda f, s=s: f("max_pool2d", (1, 2, 8, 8), np.dtype("float32"), 2, 3, s, 1)
+        for s in (None, 2, 2.0, (2, 2), [2, 2], 0, False)],
+    "plan_pad": [
+        lambda f, v=v: f((1, 2, 4), (1, 0), "constant", v)
+        for v in (0, 0.0, -0.0, False, None, 1, 1.0, True, float("nan"), np.float32(-0.0))],
+}
+
+
+@pytest.mark.parametrize("name", list(_LOOKALIKES))
+def test_remembered_plans_answer_as_a_fresh_plan_would(name):
+    """Each call, in either order, gives what the plan function itself gives (the same
+    plan, the pad value with its sign, or the same error), remembered or not."""
+    from jaxpool import placement, plan
+
+    remembered = getattr(plan, name, None) or getattr(placement, name)
+    fresh = remembered.__wrapped__
+
+    def outcome(f, call):
+        try:
+            result = call(f)
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        value = getattr(result, "value", None)
+        sign = None if value is None else np.signbit(np.float64(value))
+        return result, repr(value), sign
+
+    calls = _LOOKALIKES[name]
+    for order in (calls, calls[::-1], calls + calls):
+        for call in order:
+            got, want = outcome(remembered, call), outcome(fresh, call)
+            assert got[1:] == want[1:] and (got[0] == want[0] or got[0] is want[0])
+
+
+def test_pad_values_of_either_zero_sign_are_torchs_after_one_another():
+    torch = pytest.importorskip("torch")
+    x = np.ones((1, 2, 3), np.float32)
+    for value in (0.0, -0.0, 0.0, -0.0):
+        got = np.asarray(jaxpool.pad(jnp.asarray(x), (2, 1), value=value))
+        want = torch.nn.functional.pad(torch.from_numpy(x), (2, 1), value=value).numpy()
+        assert got.tobytes() == want.tobytes()
