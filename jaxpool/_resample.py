@@ -39,6 +39,8 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         return _repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "phases":
         return _phases(x, axis, plan)
+    if strategy == "filter-phases":
+        return _with_tap_sums_tangent(x, axis, plan, _phases)
     if strategy == "picks":
         return _with_tap_sums_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
@@ -190,7 +192,10 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     Why shared: the transpose of a slice is an input-sized pad, and where the next axis's
     transpose reads the sum of such pads, XLA:CPU writes each one out. A slice per phase and
     tap, and a slice of ``x`` per edge tap, made bilinear x2 on 4x256x32x32 10 kernels (7
-    input-sized pads); shared slices 8, and edge rows cut from them 6."""
+    input-sized pads); shared slices 8, and edge rows cut from them 6.
+
+    ``phases.varying`` (``filter-phases``): each tap's weight a constant ``[count]`` vector
+    of its outputs' own weights."""
     phases = plan.phases()
     assert phases is not None  # chosen only for a periodic axis
     count, step = phases.count, phases.step
@@ -202,8 +207,15 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
                                              axis)
         return sliced[start]
 
+    if phases.varying:
+        shape = (count,) + (1,) * (x.ndim - axis - 1)
+        outputs = np.arange(count) * phases.period + phases.first
+        weights_of = [[np.array([plan.weights[i + p][t] for i in outputs]).reshape(shape)
+                       for t in range(len(starts))] for p, starts in enumerate(phases.starts)]
+    else:
+        weights_of = phases.weights
     values = [_weighted(x, axis, plan, [tap(s) for s in starts], weights)
-              for starts, weights in zip(phases.starts, phases.weights)]
+              for starts, weights in zip(phases.starts, weights_of)]
     if phases.period == 1:
         interior = values[0]
     else:

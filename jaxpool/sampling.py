@@ -30,8 +30,8 @@ bfloat16 and float32 inputs (torch's ``opmath`` type), ``float64`` for float64."
 
 MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 
-SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "picks",
-                       "selections", "window-sums", "matrix")
+SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "filter-phases",
+                       "picks", "selections", "window-sums", "matrix")
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
@@ -39,6 +39,10 @@ SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "pick
 # taps) `taps` products per run of equal taps; up to this many products in all the program
 # stays small, beyond it the window strategies are smaller.
 MAX_PHASE_SLICES = 48
+# The antialias filters (``filter-phases``) read 4-10 taps per output, each a strided
+# slice times a vector of weights: up to this many products per period and edge run (bicubic
+# 512 -> 224: 7 phases of 9 taps and 2 edge runs of 6-8 taps).
+MAX_FILTER_PHASE_PRODUCTS = 128
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
@@ -93,7 +97,7 @@ class AxisSampling:
         return m
 
     def phases(self) -> Phases | None:
-        return find_phases(self)
+        return _cached_phases(self)
 
     def runs(self, outputs: range) -> list[range]:
         """``outputs`` in runs of consecutive outputs with the same taps (the clamped ends
@@ -205,12 +209,21 @@ def _windows(plan: AxisSampling) -> Windows:
     return Windows(plan.in_size, block, count, stride, start, length, local, tuple(layers))
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_phases(plan: AxisSampling) -> Phases | None:
+    # Tap counts that vary (antialias) come with weights that drift from period to period:
+    # each output keeps its own. Cached: the search is a pass per candidate period.
+    return find_phases(plan, own_weights=len({len(t) for t in plan.taps}) > 1)
+
+
 @dataclass(frozen=True)
 class Phases:
     """A periodic stretch of an axis: for outputs ``first + q*period + p`` (``q < count``,
     ``p < period``), tap ``t`` reads input ``starts[p][t] + q*step`` with the weight
     ``weights[p][t]``; the outputs before ``first`` and from ``first + count*period`` on are
-    written out one by one."""
+    written out one by one. ``varying``: the weights differ from period to period (each
+    output keeps its own, ``weights`` holds the first period's); only the taps and the zero
+    weights repeat."""
 
     period: int
     step: int
@@ -218,6 +231,7 @@ class Phases:
     count: int
     starts: tuple[tuple[int, ...], ...]
     weights: tuple[tuple[float, ...], ...]
+    varying: bool = False
 
     @property
     def stop(self) -> int:
@@ -232,15 +246,19 @@ def _close(a: tuple[float, ...], b: tuple[float, ...], precision_of: float) -> b
                for x, y in zip(a, b))
 
 
-def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | None:
+def find_phases(plan: AxisSampling, max_period: int | None = None,
+                own_weights: bool = False) -> Phases | None:
     """The longest periodic stretch of ``plan`` (smallest period first), or None when none
-    covers the axis up to ``MAX_EDGE_OUTPUTS`` outputs at its ends."""
+    covers the axis up to ``MAX_EDGE_OUTPUTS`` outputs at its ends. ``own_weights``: only
+    the taps and the zero weights need repeat, each output keeping its own weights (the
+    antialias filters, computed at float32 centres, drift by more than a rounding over an
+    axis)."""
     k = plan.out_size
-    tolerance = 1e-5
-    ntaps = len(plan.taps[0]) if k else 0
-    if any(len(t) != ntaps for t in plan.taps):
-        return None
-    limit = max_period or max(1, MAX_PHASE_SLICES // max(ntaps, 1))
+    tolerance = math.inf if own_weights else 1e-5
+    chosen = None
+    ntaps = min((len(t) for t in plan.taps), default=0)
+    budget = MAX_FILTER_PHASE_PRODUCTS if own_weights else MAX_PHASE_SLICES
+    limit = max_period or max(1, budget // max(ntaps, 1))
     for period in range(1, min(limit, k) + 1):
         if k < 2 * period:
             break
@@ -248,7 +266,7 @@ def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | N
         step_counts: dict[int, int] = {}
         for i in range(k - period):
             steps = {b - a for a, b in zip(plan.taps[i], plan.taps[i + period])}
-            if len(steps) == 1:
+            if len(steps) == 1 and len(plan.taps[i]) == len(plan.taps[i + period]):
                 s = steps.pop()
                 step_counts[s] = step_counts.get(s, 0) + 1
         if not step_counts:
@@ -256,7 +274,8 @@ def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | N
         step = max(step_counts, key=step_counts.__getitem__)
         run_start, i = None, 0
         # Runs of i where output i and output i + period match (taps shifted by `step`).
-        good = [all(b - a == step for a, b in zip(plan.taps[i], plan.taps[i + period]))
+        good = [len(plan.taps[i]) == len(plan.taps[i + period])
+                and all(b - a == step for a, b in zip(plan.taps[i], plan.taps[i + period]))
                 and _close(plan.weights[i], plan.weights[i + period], tolerance)
                 for i in range(k - period)]
         for i, ok in enumerate(good + [False]):
@@ -277,8 +296,16 @@ def find_phases(plan: AxisSampling, max_period: int | None = None) -> Phases | N
         if step <= 0 or any(t < 0 for s in starts for t in s):
             continue
         weights = tuple(plan.weights[first + p] for p in range(period))
-        return Phases(period, step, first, count, starts, weights)
-    return None
+        varying = own_weights and any(plan.weights[i] != plan.weights[i + period]
+                                      for i in range(first, first + (count - 1) * period))
+        found = Phases(period, step, first, count, starts, weights, varying)
+        if not own_weights:
+            return found
+        # Taps alone repeat over short stretches at a smaller period (7 inputs per 3
+        # outputs for a while at 16 per 7): the period that covers the most outputs.
+        if chosen is None or count * period > chosen.count * chosen.period:
+            chosen = found
+    return chosen
 
 
 def choose_sampling_strategy(plan: AxisSampling) -> str:
@@ -292,6 +319,11 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``phases``: the taps repeat every few outputs, shifted by a fixed step (a fixed
       integer or rational scale): one strided slice per phase and tap, the phases
       interleaved, and the few edge outputs that break the pattern written out;
+    - ``filter-phases``: the same for antialias, whose outputs have different numbers of
+      taps and weights that drift from period to period: each phase's taps are strided
+      slices times constant vectors of its outputs' own weights (``phases`` takes weights
+      that repeat to 1e-5; at 512 -> 224 a weight of 0.0137 drifts by 3e-4 of itself
+      within 116 outputs);
     - ``picks``: any other copies (nearest at an arbitrary scale): the outputs in blocks,
       each picked from its block's window of the input by a tree of selects (one level
       per bit of its position there);
@@ -304,9 +336,10 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
       second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``picks``, ``selections``, ``window-sums`` and ``matrix`` is the
-    window sums (``jaxpool._resample._tap_sums``), each window repeated for its block's
-    outputs by stacked copies.
+    The derivative rule of ``filter-phases``, ``picks``, ``selections``, ``window-sums`` and
+    ``matrix`` is the window sums (``jaxpool._resample._tap_sums``), each window repeated
+    for its block's outputs by stacked copies (``filter-phases``' own transpose, a strided
+    pad per slice, made antialias 512 -> 224 on 8x3 a 371 ms gradient against 76).
     """
     n, k = plan.in_size, plan.out_size
     one_tap = all(len(t) == 1 for t in plan.taps)
@@ -324,11 +357,16 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     if n * k <= MAX_SMALL_MATRIX:
         return "matrix"
     ntaps = len(plan.taps[0])
+    equal_taps = all(len(t) == ntaps for t in plan.taps)
     if phases is not None:
-        edge_runs = len(plan.runs(range(phases.first))) + len(plan.runs(range(phases.stop, k)))
-        if (phases.period + edge_runs) * ntaps <= MAX_PHASE_SLICES:
+        edge_runs = plan.runs(range(phases.first)) + plan.runs(range(phases.stop, k))
+        products = (sum(len(s) for s in phases.starts)
+                    + sum(len(plan.taps[run.start]) for run in edge_runs))
+        if equal_taps and products <= MAX_PHASE_SLICES:
             return "phases"
-    return "selections" if all(len(t) == ntaps for t in plan.taps) else "window-sums"
+        if not equal_taps and products <= MAX_FILTER_PHASE_PRODUCTS:
+            return "filter-phases"
+    return "selections" if equal_taps else "window-sums"
 
 
 # --- torch's arithmetic ------------------------------------------------------------------
