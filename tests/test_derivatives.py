@@ -158,6 +158,20 @@ def test_program_size_does_not_grow_with_the_output_size():
     assert sizes[37] == sizes[334] == sizes[997] >= sizes[333], sizes
 
 
+def test_avg_program_size_does_not_grow_with_a_tiling_window():
+    """Adaptive average pooling to a few windows that tile the axis (a global head on a
+    large map: 64, 512 or 2048 -> 2 per axis) lowers, forward plus gradient, to the same
+    number of operations whatever the window's length."""
+
+    def size(n):
+        x = jax.ShapeDtypeStruct((1, 1, n, n), jnp.float32)
+        return _program_size(jax.value_and_grad(
+            lambda a: jnp.sum(jaxpool.adaptive_avg_pool2d(a, 2) ** 2)), x)
+
+    sizes = {n: size(n) for n in (64, 512, 2048)}
+    assert sizes[64] == sizes[512] == sizes[2048], sizes
+
+
 def test_max_program_size_grows_with_the_window_logarithm():
     """Long max-pooling windows reduce by doubling spans: global max pooling of 1024x1024,
     forward plus gradient, lowers to less than twice the operations of 64x64 (a walk, one

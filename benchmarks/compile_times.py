@@ -1,0 +1,142 @@
+"""Compile time of the pooling, unpooling, padding and pixel-shuffle ops: does it grow with
+the extents, the ratio or the output size?
+
+Run from the repository root:
+
+    python -m benchmarks.compile_times                          # the table to stdout
+    python -m benchmarks.compile_times --markdown BENCHMARKS.md # and into its section
+
+Each op's forward and the gradient of ``sum(y**2)`` are traced, lowered and compiled on a
+``[2, 1, *spatial]`` float32 input, once in its simplest case (a small map, a divisible
+ratio) and once in each harder case (large or odd extents, ragged adaptive windows, large
+up- and downsampling ratios, wide pads); the table shows the simplest case's seconds, the
+worst case's and their ratio. ``python -m benchmarks.resampling --compile-only`` is the
+same table for ``interpolate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from typing import Callable
+
+from benchmarks.report import markers, splice
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCases:
+    name: str
+    call: Callable  # (x, case) -> y, case being one entry of `simplest` or `harder`
+    simplest: tuple  # (spatial extents, argument)
+    harder: tuple[tuple, ...]
+
+
+def _unpool(x, k):
+    import jaxpool
+
+    values, indices = jaxpool.max_pool2d(x, k, return_indices=True)
+    return jaxpool.max_unpool2d(values, indices, k, output_size=x.shape[-2:])
+
+
+def _cases() -> tuple[OpCases, ...]:
+    import jaxpool
+
+    return (
+        OpCases("avg_pool2d", lambda x, a: jaxpool.avg_pool2d(x, *a),
+                ((8, 8), (2,)),
+                (((224, 224), (2,)), ((111, 111), (3, 2, 1, True)), ((224, 224), (7, 3)),
+                 ((333, 500), (5, 1, 2)))),
+        OpCases("max_pool2d", lambda x, a: jaxpool.max_pool2d(x, *a),
+                ((8, 8), (2,)),
+                (((224, 224), (2,)), ((111, 111), (3, 2, 1, 1, True)), ((224, 224), (7, 3)),
+                 ((333, 500), (5, 1, 2)))),
+        OpCases("lp_pool2d", lambda x, a: jaxpool.lp_pool2d(x, 2, *a),
+                ((8, 8), (2,)),
+                (((224, 224), (2,)), ((111, 111), (3, 2, True)), ((333, 500), (5, 1)))),
+        OpCases("adaptive_avg_pool2d", lambda x, a: jaxpool.adaptive_avg_pool2d(x, a),
+                ((14, 14), 7),
+                (((15, 15), 4), ((50, 50), 9), ((224, 224), 7), ((7, 7), 9), ((33, 47), (5, 3)),
+                 ((300, 300), 97), ((7, 7), 31), ((512, 512), 1))),
+        OpCases("adaptive_max_pool2d", lambda x, a: jaxpool.adaptive_max_pool2d(x, a),
+                ((14, 14), 7),
+                (((15, 15), 4), ((50, 50), 9), ((224, 224), 7), ((7, 7), 9), ((33, 47), (5, 3)),
+                 ((300, 300), 97), ((7, 7), 31), ((512, 512), 1))),
+        OpCases("max_unpool2d", _unpool, ((8, 8), 2),
+                (((224, 224), 2), ((111, 111), 3), ((333, 500), 2))),
+        OpCases("pad reflect", lambda x, w: jaxpool.pad(x, (w,) * 4, "reflect"),
+                ((8, 8), 1), (((128, 128), 3), ((333, 500), 7), ((64, 64), 63))),
+        OpCases("pad replicate", lambda x, w: jaxpool.pad(x, (w,) * 4, "replicate"),
+                ((8, 8), 1), (((128, 128), 3), ((333, 500), 7), ((64, 64), 200))),
+        OpCases("pad circular", lambda x, w: jaxpool.pad(x, (w,) * 4, "circular"),
+                ((8, 8), 1), (((128, 128), 3), ((333, 500), 7), ((64, 64), 64))),
+        OpCases("pixel_shuffle", lambda x, r: jaxpool.pixel_shuffle(
+            x.reshape(x.shape[0], r * r, x.shape[2] // r, -1), r),
+                ((8, 8), 2), (((96, 96), 3), ((256, 256), 4), ((512, 512), 8))),
+    )
+
+
+def compile_seconds(op: OpCases, case: tuple) -> tuple[float, float]:
+    """Seconds to trace, lower and compile the forward and the gradient of sum(y**2)."""
+    import jax
+    import jax.numpy as jnp
+
+    extents, argument = case
+    x = jax.ShapeDtypeStruct((2, 1) + tuple(extents), jnp.float32)
+
+    def forward(a):
+        return op.call(a, argument)
+
+    seconds = []
+    for fn in (forward, jax.grad(lambda a: jnp.sum(forward(a) ** 2))):
+        start = time.perf_counter()
+        jax.jit(fn).lower(x).compile()
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], seconds[1]
+
+
+def _label(case: tuple) -> str:
+    extents, argument = case
+    return f"{argument} on {'x'.join(map(str, extents))}"
+
+
+def table(ops: tuple[OpCases, ...]) -> str:
+    import jax
+    import jax.numpy as jnp
+
+    jax.jit(lambda a: a + 1).lower(jnp.ones(2)).compile()  # the first compile's start-up
+    lines = ["Seconds to trace, lower and compile on [2, 1, H, W] float32 (one run each): the "
+             "simplest case, and the worst of the harder ones (the argument and the extents).",
+             "", "| op | fwd simplest | fwd worst | worst case | fwd worst / simplest | "
+             "grad simplest | grad worst | worst case | grad worst / simplest |",
+             "|---|" + "---|" * 8]
+    for op in ops:
+        simplest = compile_seconds(op, op.simplest)
+        harder = {case: compile_seconds(op, case) for case in op.harder}
+        cells = []
+        for program in (0, 1):
+            case, worst = max(harder.items(), key=lambda kv: kv[1][program])
+            cells += [f"{simplest[program]:.2f}", f"{worst[program]:.2f}", _label(case),
+                      f"{worst[program] / simplest[program]:.1f}x"]
+        lines.append(f"| {op.name} ({_label(op.simplest)}) | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_times",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", default="", help="only ops whose name contains this")
+    parser.add_argument("--markdown", help="splice the table into this file's section")
+    args = parser.parse_args(argv)
+    ops = tuple(op for op in _cases() if args.ops in op.name)
+    text = table(ops)
+    print(text)
+    if args.markdown:
+        splice(args.markdown, text, *markers("compile-times"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
