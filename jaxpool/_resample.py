@@ -11,9 +11,11 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.interpreters import ad, batching, mlir
 
 from jaxpool._axis import _repeat
 from jaxpool.sampling import AxisSampling, ResamplePlan, Windows
@@ -40,7 +42,7 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     if strategy == "phases":
         return _phases(x, axis, plan)
     if strategy == "filter-phases":
-        return _with_tap_sums_tangent(x, axis, plan, _phases)
+        return _linear_resample_p.bind(x, axis=axis, plan=plan)
     if strategy == "picks":
         return _with_tap_sums_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
@@ -386,6 +388,54 @@ def _matmul(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
     # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
     return jnp.einsum(f"{letters},Z{letters[axis]}->{out}", x,
                       jnp.asarray(matrix, dtype=x.dtype), precision=lax.Precision.HIGHEST)
+
+
+# --- a linear map whose transpose is the transposed plan's resampling --------------------
+
+def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """``plan``'s values by its strategy's forward (no derivative rule): of the plans
+    ``filter-phases`` takes and their transposes (never copies, never one extent)."""
+    strategy = plan.strategy()
+    if strategy in ("phases", "filter-phases"):
+        return _phases(x, axis, plan)
+    if strategy == "selections":
+        return _selections(x, axis, plan)
+    if strategy == "matrix":
+        return _matmul_keeping_nonfinite(x, axis, plan)
+    return _tap_sums(x, axis, plan)
+
+
+# ``filter-phases``' map as a primitive: its tangent is the map itself, its transpose the
+# transposed plan's map (each input's sum over the outputs that tap it, by the strategy
+# chosen for that plan: for antialias 512 -> 224, phases of 16 inputs), whose transpose is
+# this one again. What JAX derives from the slices, a strided pad per slice, made the
+# gradient of 512 -> 224 on 8x3 5x slower than the window sums as the rule; against those,
+# this keeps the gradient (119 against 109 ms, noise) and halves the second derivative
+# (223 against 550 ms, where the rule's own tangent was the window sums written out).
+_linear_resample_p = jax.extend.core.Primitive("jaxpool_linear_resample")
+_values_jit = jax.jit(_values, static_argnums=(1, 2))
+
+
+def _linear_resample_shape(x, *, axis: int, plan: AxisSampling):
+    return jax.core.ShapedArray(x.shape[:axis] + (plan.out_size,) + x.shape[axis + 1:],
+                                x.dtype)
+
+
+def _linear_resample_transpose(cotangent, x, *, axis: int, plan: AxisSampling):
+    return [_linear_resample_p.bind(cotangent, axis=axis, plan=plan.transposed())]
+
+
+def _linear_resample_batch(args, dims, *, axis: int, plan: AxisSampling):
+    (x,), (d,) = args, dims
+    return _linear_resample_p.bind(jnp.moveaxis(x, d, 0), axis=axis + 1, plan=plan), 0
+
+
+_linear_resample_p.def_impl(lambda x, *, axis, plan: _values_jit(x, axis, plan))
+_linear_resample_p.def_abstract_eval(_linear_resample_shape)
+mlir.register_lowering(_linear_resample_p, mlir.lower_fun(
+    lambda x, *, axis, plan: _values(x, axis, plan), multiple_results=False))
+ad.deflinear2(_linear_resample_p, _linear_resample_transpose)
+batching.primitive_batchers[_linear_resample_p] = _linear_resample_batch
 
 
 # --- pixel shuffle -----------------------------------------------------------------------

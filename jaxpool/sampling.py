@@ -43,6 +43,9 @@ MAX_PHASE_SLICES = 48
 # slice times a vector of weights: up to this many products per period and edge run (bicubic
 # 512 -> 224: 7 phases of 9 taps and 2 edge runs of 6-8 taps).
 MAX_FILTER_PHASE_PRODUCTS = 128
+# ... on axes this long or longer: the slices compile slower than the window sums (0.5 s
+# more for 124 -> 169), and on a short axis the window sums cost little.
+MIN_FILTER_PHASE_EXTENT = 256
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
@@ -109,6 +112,11 @@ class AxisSampling:
             else:
                 out.append(range(i, i + 1))
         return out
+
+    def transposed(self) -> AxisSampling:
+        """The transpose of the map: input ``j`` of this axis is output ``j`` there, tapping
+        the outputs that tap it here, with their weights (the zero weights too)."""
+        return _transposed(self)
 
     def windows(self) -> Windows:
         """The outputs in blocks, each block's taps inside one window of a regular grid
@@ -207,6 +215,18 @@ def _windows(plan: AxisSampling) -> Windows:
             layers[r][0][b, o, j - first] = w
             layers[r][1][b, o, j - first] = True
     return Windows(plan.in_size, block, count, stride, start, length, local, tuple(layers))
+
+
+@functools.lru_cache(maxsize=256)
+def _transposed(plan: AxisSampling) -> AxisSampling:
+    taps: list[list[int]] = [[] for _ in range(plan.in_size)]
+    weights: list[list[float]] = [[] for _ in range(plan.in_size)]
+    for i, (row, ws) in enumerate(zip(plan.taps, plan.weights)):
+        for j, w in zip(row, ws):
+            taps[j].append(i)
+            weights[j].append(w)
+    return AxisSampling(plan.out_size, plan.in_size, tuple(map(tuple, taps)),
+                        tuple(map(tuple, weights)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -336,10 +356,11 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
       second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``filter-phases``, ``picks``, ``selections``, ``window-sums`` and
-    ``matrix`` is the window sums (``jaxpool._resample._tap_sums``), each window repeated
-    for its block's outputs by stacked copies (``filter-phases``' own transpose, a strided
-    pad per slice, made antialias 512 -> 224 on 8x3 a 371 ms gradient against 76).
+    The derivative rule of ``picks``, ``selections``, ``window-sums`` and ``matrix`` is the
+    window sums (``jaxpool._resample._tap_sums``), each window repeated for its block's
+    outputs by stacked copies. ``filter-phases`` is a linear map whose tangent is itself
+    and whose transpose is the map of ``plan.transposed()`` (each input's sum over the
+    outputs that tap it), computed by the strategy chosen here for that plan.
     """
     n, k = plan.in_size, plan.out_size
     one_tap = all(len(t) == 1 for t in plan.taps)
@@ -364,7 +385,9 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
                     + sum(len(plan.taps[run.start]) for run in edge_runs))
         if equal_taps and products <= MAX_PHASE_SLICES:
             return "phases"
-        if not equal_taps and products <= MAX_FILTER_PHASE_PRODUCTS:
+        # Its derivative is the transposed plan's map: every input must be tapped.
+        if (not equal_taps and products <= MAX_FILTER_PHASE_PRODUCTS
+                and max(n, k) >= MIN_FILTER_PHASE_EXTENT and all(plan.transposed().taps)):
             return "filter-phases"
     return "selections" if equal_taps else "window-sums"
 
