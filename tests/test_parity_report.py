@@ -17,7 +17,7 @@ import parity
 from parity.suite import report as report_mod
 from parity.suite import grid as suite
 from parity.suite import runner
-from parity.suite.cli import build_parser, main
+from parity.suite.cli import build_parser, main, select_cases
 
 
 def _case(op, dtype="float64", channels_last=False):
@@ -53,7 +53,10 @@ def test_default_grid_holds_every_op_dtype_layout_and_order():
         mine = [c for c in _derivative_cases(cases) if c.op == op]
         assert {c.dtype for c in mine} == set(suite.DTYPES), op
         assert {c.layout for c in mine} == {"first", "last"}, op
-        assert all(c.orders == 3 for c in mine), op
+        # to order 3 but in half precision (order 2), and to order 3 in both layouts
+        assert all(c.orders == (2 if c.dtype in ("float16", "bfloat16") else 3)
+                   for c in mine), op
+        assert {c.layout for c in mine if c.orders == 3} == {"first", "last"}, op
         assert any(isinstance(c, suite.ErrorCase) and c.op == op for c in cases)
         # every kind of op with more than one member sees every dtype in either layout
         kind = [c for c in _derivative_cases(cases) if suite.OPS[c.op].kind == suite.OPS[op].kind]
@@ -96,6 +99,18 @@ def test_default_grid_keeps_every_kind_of_argument_and_every_values_only_case():
     assert special == {c.key for c in crossed if isinstance(c, suite.Case) and c.special}
 
 
+def test_the_default_grid_s_stand_ins_keep_the_kinds_of_argument_they_stand_for():
+    """A cheaper set in the default grid in place of a costly one (which --full runs)."""
+    assert suite._CHEAPER
+    for (op, i), (shape, kw) in suite._CHEAPER.items():
+        original = (suite._MAIN[op] + suite._EXTRA[op])[i]
+        new, old = (suite.Case(op, s, tuple(k.items())) for s, k in ((shape, kw), original))
+        assert _kinds(old) <= _kinds(new), (op, _kinds(old) - _kinds(new))
+        default = {c.label for c in suite.quick_cases([op]) if isinstance(c, suite.Case)}
+        assert new.label in default and old.label not in default
+        assert old.key in {c.key for c in suite.full_cases([op], ["float64"])}
+
+
 def test_full_grid_holds_the_crossed_grid():
     crossed = {c.key for c in _crossed_grid()}
     assert len(crossed) == 322
@@ -135,7 +150,7 @@ def test_every_family_and_interpolation_mode_is_in_the_grid():
     assert {"interpolate", "pad", "pixel_shuffle", "pixel_unshuffle", "max_unpool1d",
             "max_unpool2d", "max_unpool3d"} <= set(suite.OPS)
     cases = [c for c in suite.quick_cases(["interpolate", "pad"]) if isinstance(c, suite.Case)]
-    kwargs = [dict(c.kwargs) for c in cases if c.orders == 3]
+    kwargs = [dict(c.kwargs) for c in cases if c.orders >= 2]
     assert {kw["mode"] for kw in kwargs if "size" in kw or "scale_factor" in kw} == {
         "nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area"}
     assert {kw["mode"] for kw in kwargs if "pad" in kw} == {
@@ -380,6 +395,16 @@ def test_cli_rejects_bad_arguments(capsys):
     main(["--list", "--op", "avg_pool3d"])
     listed = capsys.readouterr().out.splitlines()
     assert listed and all(line.startswith("avg_pool3d") for line in listed)
+
+
+def test_cli_orders_sets_every_derivative_case_s_order():
+    parser = build_parser()
+    for n in (1, 3):
+        cases = select_cases(parser.parse_args(["--orders", str(n)]), parser)
+        derivative = _derivative_cases(cases)
+        assert {c.dtype for c in derivative} == set(suite.DTYPES)
+        assert all(c.orders == n for c in derivative)
+        assert all(c.orders == 0 for c in cases if isinstance(c, suite.Case) and c.special)
 
 
 def test_python_dash_m_parity_runs_in_workers_through_the_user_cache(tmp_path, monkeypatch):

@@ -415,7 +415,9 @@ _VALUES_ONLY: dict[str, list[tuple[tuple[int, ...], dict[str, Any], str, bool]]]
 # with fewer sets than dtypes runs them again from the first. Named here:
 # - an op with three sets gives its fourth dtype (bfloat16) its cheapest set again, not its
 #   main one, where the main one's program costs 1.6 to 4 times as much CPU to trace and
-#   compile (max_pool3d's main set has 27 taps: 4.8 s, the grid's costliest program);
+#   compile;
+# - max_pool3d and adaptive_max_pool2d run a cheaper stand-in (_CHEAPER) for their
+#   costliest set;
 # - interpolate leaves out nearest on one axis (nearest runs on two axes and on three at
 #   mixed scales) and bicubic with align_corners (align_corners runs with linear and
 #   bilinear, bicubic with half-pixel centers and with antialias);
@@ -423,14 +425,33 @@ _VALUES_ONLY: dict[str, list[tuple[tuple[int, ...], dict[str, Any], str, bool]]]
 #   replicate on two, three axes with circular);
 # --full runs every set in every dtype.
 def _sets(op: str, *drop: int, again: int | None = None) -> list:
-    sets = [v for i, v in enumerate(_MAIN[op] + _EXTRA[op]) if i not in drop]
+    sets = [_CHEAPER.get((op, i), v) for i, v in enumerate(_MAIN[op] + _EXTRA[op])
+            if i not in drop]
     return sets + ([sets[again]] if again is not None else [])
+
+
+# Stand-ins in the default grid for the two sets whose programs cost the most: the same
+# kinds of argument, and jaxpool runs the same lines in either layout as for the originals
+# (which strategy and derivative rule each axis takes), with fewer taps or windows.
+# max_pool3d's main set: 27 taps, 4.5 s of CPU to trace and compile; this one 12 taps
+# (dilation keeps every axis's windows overlapping, ceil_mode adds a window on one axis),
+# 2.1 s. adaptive_max_pool2d's ragged 15 -> 4 and up 5 -> 7: 4 and 7 families of windows,
+# 3.1 to 4.7 s; ragged 7 -> 4 and up 3 -> 5: 4 and 5 families, 1.6 s. --full runs the
+# originals.
+_CHEAPER: dict[tuple[str, int], tuple[tuple[int, ...], dict[str, Any]]] = {
+    ("max_pool3d", 0): ((1, 2, 5, 6, 7), dict(kernel_size=(3, 2, 2), stride=2,
+                                              padding=(1, 1, 0), dilation=(1, 2, 2),
+                                              ceil_mode=True, return_indices=True)),
+    ("adaptive_max_pool2d", 1): ((2, 2, 7, 3), dict(output_size=(4, 5),
+                                                    return_indices=True)),
+}
 
 
 _DEFAULT: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = {
     "avg_pool3d": _sets("avg_pool3d", again=2),
     "adaptive_avg_pool3d": _sets("adaptive_avg_pool3d", again=2),
     "max_pool3d": _sets("max_pool3d", again=2),
+    "adaptive_max_pool2d": _sets("adaptive_max_pool2d"),
     "adaptive_max_pool1d": _sets("adaptive_max_pool1d", again=1),
     "adaptive_max_pool3d": _sets("adaptive_max_pool3d", again=2),
     "global_max_pool": _sets("global_max_pool", again=2),
@@ -444,6 +465,14 @@ def _kw(d: dict) -> tuple:
 
 
 LAYOUTS = ("first", "last")
+
+# The default grid's derivative order per dtype where it is not 3. In float16 and bfloat16
+# a third derivative is checked to about 0.5% and 4% of its scale (against 1e-12 and 2e-5
+# in float64 and float32), and its program costs half as much again to trace and compile
+# as the one to order 2 (the default grid's 51 half-precision programs: 39 s of CPU to
+# order 3, 27 s to order 2); every op still has its third derivatives checked in float64
+# and float32, in both layouts. (--full and --orders 3 check every dtype to order 3.)
+DEFAULT_ORDERS = {"float16": 2, "bfloat16": 2}
 
 
 def _default_variants(op: str) -> list[tuple[tuple[int, ...], dict[str, Any]]]:
@@ -459,13 +488,16 @@ def _family_index(op: str) -> int:
 
 def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = None,
                 layouts: Iterable[str] | None = None) -> list:
-    """The default grid: each op's argument sets (``_DEFAULT``), each run once, to order 3.
+    """The default grid: each op's argument sets (``_DEFAULT``), each run once, with
+    derivatives to order 3 in float64 and float32 and to order 2 in float16 and bfloat16
+    (``DEFAULT_ORDERS``).
 
     The sets take the dtypes in turn (the first set float64, the next float32, ...; an op
     with fewer sets than dtypes runs them again until every dtype has one) and the layouts
     in turn, shifted by one for each further round of dtypes and for each next op of the
     same kind. So every op runs in every requested dtype and in both layouts, every kind of
-    op in every dtype with every layout, and one compiled program checks one argument set
+    op in every dtype with every layout, every op to order 3 in both layouts (its float64
+    and float32 sets take different ones), and one compiled program checks one argument set
     in one dtype and layout: a first run compiles 105 programs with derivatives, where
     crossing the main sets with every dtype and layout took 272 (``--full``: 3,042). Then the
     values-only cases (non-finite inputs, ties, negative sums, repeated indices) in
@@ -482,7 +514,9 @@ def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None =
             shape, kw = variants[j % len(variants)]
             turn = j // len(dtypes)
             layout = layouts[(j + turn + shift) % len(layouts)]
-            cases.append(Case(op, shape, _kw(kw), dtypes[j % len(dtypes)], layout == "last"))
+            dtype = dtypes[j % len(dtypes)]
+            cases.append(Case(op, shape, _kw(kw), dtype, layout == "last",
+                              orders=DEFAULT_ORDERS.get(dtype, 3)))
         if "float64" in dtypes:
             cases += [c for c in _values_only_cases(op, ("float64",)) if c.layout in layouts]
         cases.append(error_cases(op))

@@ -14,7 +14,9 @@ import contextlib
 import multiprocessing
 import os
 import pathlib
+import queue
 import sys
+import threading
 from typing import Callable, Iterator, Sequence
 
 from .. import programs
@@ -93,27 +95,75 @@ def _start_worker(cache_dir: pathlib.Path | None) -> None:
 
 def run_cases(cases: Sequence, jobs: int = 1, cache_dir: pathlib.Path | None = None,
               done: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
-    """Run every case, in ``jobs`` worker processes (in this process for 1), compiling
-    through the cache in ``cache_dir`` (none for None); ``done`` sees each result as it
-    comes. Returns the results in the order of ``cases``."""
-    results = []
-    if jobs <= 1 or len(cases) <= 1:
-        import torch
+    """Run every case in ``jobs`` processes: this one and ``jobs - 1`` workers, each taking
+    the next case when it is done with one; compiling through the cache in ``cache_dir``
+    (none for None); ``done`` sees each result as it comes, in this process's main thread.
+    Returns the results in the order of ``cases``."""
+    jobs = max(1, min(jobs, len(cases)))
+    import torch
 
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with compilation_cache(cache_dir):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the suite's arrays are tiny; threads would only add overhead
+    try:
+        with compilation_cache(cache_dir):
+            if jobs == 1:
+                results = []
                 for case in cases:
                     results.append(run_case(case))
                     done(results[-1])
-        finally:
-            torch.set_num_threads(threads)
-        return results
+                return results
+            return _run_shared(cases, jobs - 1, cache_dir, done)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_shared(cases: Sequence, workers: int, cache_dir: pathlib.Path | None,
+                done: Callable[[CaseResult], None]) -> list[CaseResult]:
+    """The cases shared between this process and ``workers`` worker processes. This process
+    has jax and torch imported already, while a worker spends seconds importing them: it
+    runs cases from the start instead of waiting for the workers'."""
+    pending = iter(range(len(cases)))
+    lock = threading.Lock()
+    finished: queue.Queue = queue.Queue()  # (index, result or the exception it raised)
+
+    def take() -> int | None:
+        with lock:
+            return next(pending, None)
+
     # spawn, not fork: a forked JAX or torch runtime is not safe to use.
     context = multiprocessing.get_context("spawn")
-    with context.Pool(min(jobs, len(cases)), _start_worker, (cache_dir,)) as pool:
-        for result in pool.imap(run_case, cases):
-            results.append(result)
-            done(result)
+    with context.Pool(workers, _start_worker, (cache_dir,)) as pool:
+        def submit() -> None:
+            i = take()
+            if i is None:
+                return
+            try:
+                pool.apply_async(run_case, (cases[i],),
+                                 callback=lambda r, i=i: (finished.put((i, r)), submit()),
+                                 error_callback=lambda e, i=i: finished.put((i, e)))
+            except ValueError:  # the pool is closing: a case raised
+                pass
+
+        for _ in range(workers):
+            submit()
+        results: list = [None] * len(cases)
+        received = 0
+
+        def receive(block: bool) -> None:
+            nonlocal received
+            while received < len(cases):
+                try:
+                    i, result = finished.get(block=block)
+                except queue.Empty:
+                    return
+                if isinstance(result, BaseException):
+                    raise result
+                results[i] = result
+                received += 1
+                done(result)
+
+        while (i := take()) is not None:
+            finished.put((i, run_case(cases[i])))
+            receive(block=False)
+        receive(block=True)
     return results
