@@ -137,10 +137,16 @@ def _run_shared(cases: Sequence, workers: int, cache_dir: pathlib.Path | None,
             i = take()
             if i is None:
                 return
+
+            def finish(result: CaseResult, i: int = i) -> None:
+                finished.put((i, result))
+                submit()
+
+            def fail(error: BaseException, i: int = i) -> None:
+                finished.put((i, error))
+
             try:
-                pool.apply_async(run_case, (cases[i],),
-                                 callback=lambda r, i=i: (finished.put((i, r)), submit()),
-                                 error_callback=lambda e, i=i: finished.put((i, e)))
+                pool.apply_async(run_case, (cases[i],), callback=finish, error_callback=fail)
             except ValueError:  # the pool is closing: a case raised
                 pass
 
