@@ -22,10 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpool import _resample
 from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
+from jaxpool.sampling import AxisSampling
 from jaxpool.windows import (AxisPlan, WindowFamily, choose_max_strategy, choose_max_tangent,
-                             codes_at_once, is_identity, window_families)
+                             codes_at_once, is_identity, sliding_plan, window_families)
 
 
 def index_dtype():
@@ -78,6 +80,8 @@ def _max_along(x, index, axis: int, plan: AxisPlan, rule: str, plane_stride: int
                with_indices: bool):
     if rule == "whole axis":
         return _max_of_axis(x, index, axis, plan, plane_stride, with_indices)
+    if rule == "sliding":
+        return _max_sliding(x, index, axis, plan, plane_stride, with_indices)
     families = window_families(plan)
     if rule not in ("winners", "rows"):
         return _max_of_families(x, index, axis, plan, families, plane_stride, with_indices)
@@ -85,6 +89,40 @@ def _max_along(x, index, axis: int, plan: AxisPlan, rule: str, plane_stride: int
     if not with_indices:
         return values, None
     return values, _max_of_families(x, index, axis, plan, families, plane_stride, True)[1]
+
+
+def _max_sliding(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_indices: bool):
+    """Windows of many families (:func:`jaxpool.windows.is_sliding`): for each window length,
+    the winner of the window of that length at every start (torch's walk over exactly that
+    window), then each output of that length copies the one at its start. The copies are
+    :mod:`jaxpool._resample`'s picks: a program that does not grow with the output, whose
+    derivative sends each output's tangent back to its window's start, and the walk's to
+    the window's winner, as torch's backward does."""
+    values = indices = None
+    lengths = np.asarray(plan.lengths)
+    for length in sorted(set(plan.lengths)):
+        slide = sliding_plan(plan, length)
+        family = window_families(slide)
+        v, i = _max_with_winner_tangents(x, axis, slide, family, "winners"), None
+        if with_indices:
+            i = _max_of_families(lax.stop_gradient(x), index, axis, slide, family,
+                                 plane_stride, True)[1]
+        # outputs of another length read any valid start; the select below drops them
+        starts = np.minimum(plan.starts, slide.out_size - 1)
+        copies = AxisSampling(slide.out_size, plan.out_size,
+                              tuple((int(s),) for s in starts),
+                              ((1.0,),) * plan.out_size, copies=True)
+        v = _resample.resample_axis(v, axis, copies)
+        if with_indices:
+            i = _resample.resample_axis(lax.stop_gradient(i), axis, copies)
+        if values is None:
+            values, indices = v, i
+            continue
+        this = _along(lengths == length, axis, x.ndim)
+        values = lax.select(jnp.broadcast_to(this, v.shape), v, values)
+        if with_indices:
+            indices = jnp.where(this, i, indices)
+    return values, indices
 
 
 def _max_of_families(x, index, axis: int, plan: AxisPlan, families, plane_stride: int,

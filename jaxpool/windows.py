@@ -397,6 +397,8 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
       64x256x15x15 -> 4 gradient 0.66x, second derivative 1.02x; channels-last 0.41x,
       0.26x; 32x256x14x14 -> 3 0.92x, 0.91x; channels-last 0.59x, 0.45x; on the innermost
       axis too, 32x256x14x14 -> 3 gradient 1.25x, so not there);
+    - ``sliding``: for axes of many families (:func:`is_sliding`), JAX differentiates the
+      maxima of sliding windows and the picks that copy each output's from them;
     - ``values``: JAX differentiates the values' walk (or doubling spans, whose program
       grows with the window's logarithm).
     """
@@ -417,13 +419,38 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
             families = window_families(plan)
             walked = all(choose_max_strategy(plan, f) == "walk" for f in families)
             innermost = innermost_pooled and i == len(axes) - 1
-            if len(families) > 1 and walked:
+            if is_sliding(plan):
+                rules.append("sliding")
+            elif len(families) > 1 and walked:
                 rows = (not innermost and plan.out_size <= MAX_SUM_WINDOWS
                         and plan.in_size <= MAX_PICK_ROWS)
                 rules.append("rows" if rows else "winners")
             else:
                 rules.append("values")
     return tuple(rules)
+
+
+# Up to this many families a ragged axis walks each family; more (adaptive 300 -> 97 makes
+# 97) take ``sliding``: a program per family made the compile time grow with the output
+# size (300 -> 97 on [2, 1, 300, 300]: 6.7 s forward, 18 s gradient).
+MAX_MAX_FAMILIES = 16
+
+
+def is_sliding(plan: AxisPlan) -> bool:
+    """Whether a max pooling axis takes ``sliding``: the maxima of every window of each
+    length at every start (one family per length, stride 1, walked or by doubling spans),
+    from which each output copies its own window's (jaxpool._resample's picks, whose
+    derivative copies back). For unpadded, undilated axes of more than
+    ``MAX_MAX_FAMILIES`` families (ragged adaptive windows); JAX differentiates it."""
+    return (plan.pad_lo == 0 and plan.dilation == 1
+            and len(window_families(plan)) > MAX_MAX_FAMILIES)
+
+
+def sliding_plan(plan: AxisPlan, length: int) -> AxisPlan:
+    """Every window of ``length`` elements of ``plan``'s axis, one per start."""
+    count = plan.in_size - length + 1
+    return AxisPlan(plan.in_size, count, 0, tuple(range(count)),
+                    tuple(range(length, plan.in_size + 1)), (length,) * count)
 
 
 def codes_at_once(axes: tuple[AxisPlan, ...]) -> bool:

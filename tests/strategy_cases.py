@@ -97,6 +97,9 @@ MAX_CASES = {
     "max doubling": (lambda x: jaxpool.adaptive_max_pool2d(x, (2, 1)), (2, 3, 40, 19)),
     "max long window padded": (lambda x: jaxpool.max_pool1d(x, 20, 3, 10, ceil_mode=True),
                                (2, 3, 45)),
+    # ragged axes of more than windows.MAX_MAX_FAMILIES families: sliding windows and picks
+    "max sliding": (lambda x: jaxpool.adaptive_max_pool2d(x, (19, 3)), (2, 3, 50, 7)),
+    "max sliding up": (lambda x: jaxpool.adaptive_max_pool1d(x, 23), (2, 3, 7)),
     "lp": (lambda x: jaxpool.lp_pool2d(x, 3, 3, 2, ceil_mode=True), (2, 3, 11, 10)),
     "lp inf": (lambda x: jaxpool.lp_pool1d(x, float("inf"), 3), (2, 3, 13)),
 }
@@ -112,6 +115,8 @@ MAX_TORCH = {
     "global max": lambda t: t.amax(dim=(2, 3)),
     "max doubling": lambda t: F.adaptive_max_pool2d(t, (2, 1)),
     "max long window padded": lambda t: F.max_pool1d(t, 20, 3, 10, ceil_mode=True),
+    "max sliding": lambda t: F.adaptive_max_pool2d(t, (19, 3)),
+    "max sliding up": lambda t: F.adaptive_max_pool1d(t, 23),
     "lp": lambda t: F.lp_pool2d(t, 3, 3, 2, ceil_mode=True),
     "lp inf": lambda t: F.lp_pool1d(t, float("inf"), 3),
 }

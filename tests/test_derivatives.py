@@ -198,6 +198,7 @@ def test_every_max_tangent_rule_has_a_case():
         "max families up + identity": plan_adaptive("", (2, 3, 3, 5), None, 2, (7, None)),
         "max doubling": plan_adaptive("", (2, 3, 40, 19), None, 2, (2, 1)),
         "lp inf": plan_max_pool("", (2, 3, 13), None, 1, 3),
+        "max sliding": plan_adaptive("", (2, 3, 50, 7), None, 2, (19, 3)),
     }
     assert set(plans) <= set(MAX_CASES)
     # a ragged innermost axis (channels-first), as in test_max_values' non-finite cases
@@ -205,7 +206,8 @@ def test_every_max_tangent_rule_has_a_case():
     # channels-first: the innermost array axis is the last spatial one
     rules = {rule for plan in plans.values()
              for rule in choose_max_tangent(plan.axes, not is_identity(plan.axes[-1]))}
-    assert rules == {"picks", "rows", "winners", "values", "whole axis", "identity"}, rules
+    assert rules == {"picks", "rows", "winners", "values", "whole axis", "identity",
+                     "sliding"}, rules
 
 
 MAX = {1: jaxpool.max_pool1d, 2: jaxpool.max_pool2d, 3: jaxpool.max_pool3d}
