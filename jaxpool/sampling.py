@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from jaxpool import _checks
+from jaxpool._memo import memoized_plan
 from jaxpool.plan import output_shape
 
 PRECISIONS = ("float32", "float64")
@@ -632,6 +633,7 @@ def axis_sampling(mode: str, in_size: int, out_size: int, align_corners: bool,
 _MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
+@memoized_plan
 def plan_interpolate(op: str, shape, dtype, size=None, scale_factor=None, mode="nearest",
                      align_corners=None, recompute_scale_factor=None, antialias=False,
                      channels_last=False) -> tuple[tuple[int, ...], ResamplePlan | None]:
@@ -724,6 +726,7 @@ def _scale_tuple(scale_factor, ndim: int) -> tuple[float, ...]:
     return tuple(values) * (ndim if len(values) == 1 else 1)
 
 
+@memoized_plan
 def plan_pixel_shuffle(op: str, shape, factor, channels_last, inverse: bool
                        ) -> tuple[int, tuple[int, ...]]:
     """Check ``pixel_shuffle`` (``inverse``: ``pixel_unshuffle``) as torch does and return

@@ -90,6 +90,9 @@ _LOOKALIKES = {
     "plan_max_pool": [
         lambda f, s=s: f("max_pool2d", (1, 2, 8, 8), np.dtype("float32"), 2, 3, s, 1)
         for s in (None, 2, 2.0, (2, 2), [2, 2], 0, False)],
+    "plan_interpolate": [
+        lambda f, s=s: f("interpolate", (1, 2, 8, 8), np.dtype("float32"), None, s, "bilinear")
+        for s in (2, 2.0, True, (2, 2), [2, 2.0], 1.5, -0.0, 0.0)],
     "plan_pad": [
         lambda f, v=v: f((1, 2, 4), (1, 0), "constant", v)
         for v in (0, 0.0, -0.0, False, None, 1, 1.0, True, float("nan"), np.float32(-0.0))],
@@ -100,9 +103,9 @@ _LOOKALIKES = {
 def test_remembered_plans_answer_as_a_fresh_plan_would(name):
     """Each call, in either order, gives what the plan function itself gives (the same
     plan, the pad value with its sign, or the same error), remembered or not."""
-    from jaxpool import placement, plan
+    from jaxpool import placement, plan, sampling
 
-    remembered = getattr(plan, name, None) or getattr(placement, name)
+    remembered = next(getattr(m, name) for m in (plan, placement, sampling) if hasattr(m, name))
     fresh = remembered.__wrapped__
 
     def outcome(f, call):
