@@ -77,23 +77,24 @@ def _cases() -> tuple[OpCases, ...]:
     )
 
 
-def compile_seconds(op: OpCases, case: tuple) -> tuple[float, float]:
-    """Seconds to trace, lower and compile the forward and the gradient of sum(y**2)."""
+def forward_and_gradient_seconds(forward: Callable, extents: tuple) -> tuple[float, float]:
+    """Seconds to trace, lower and compile ``forward`` and the gradient of sum(y**2) on a
+    ``[2, 1, *extents]`` float32 input."""
     import jax
     import jax.numpy as jnp
 
-    extents, argument = case
     x = jax.ShapeDtypeStruct((2, 1) + tuple(extents), jnp.float32)
-
-    def forward(a):
-        return op.call(a, argument)
-
     seconds = []
     for fn in (forward, jax.grad(lambda a: jnp.sum(forward(a) ** 2))):
         start = time.perf_counter()
         jax.jit(fn).lower(x).compile()
         seconds.append(time.perf_counter() - start)
     return seconds[0], seconds[1]
+
+
+def compile_seconds(op: OpCases, case: tuple) -> tuple[float, float]:
+    extents, argument = case
+    return forward_and_gradient_seconds(lambda a: op.call(a, argument), extents)
 
 
 def _label(case: tuple) -> str:

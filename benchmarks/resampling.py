@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from benchmarks.compile_times import forward_and_gradient_seconds
 from benchmarks.report import markers, splice
 from benchmarks.runner import Device, check, jax_mode, measure_against_torch, torch_mode
 
@@ -275,21 +276,11 @@ COMPILE_CASES = (((51, 124), 1.9355), ((51, 124), 1.37), ((51, 124), 0.61),
 def compile_seconds(kwargs: dict, extents: tuple[int, int], scale: float) -> tuple[float, float]:
     """Seconds to trace, lower and compile the forward and the gradient of sum(y**2) on
     [2, 1, *extents] float32."""
-    import jax
-    import jax.numpy as jnp
     import jaxpool
 
-    def f(a):
-        return jaxpool.interpolate(a, scale_factor=scale, recompute_scale_factor=True,
-                                   **kwargs)
-
-    x = jax.ShapeDtypeStruct((2, 1) + extents, jnp.float32)
-    seconds = []
-    for fn in (f, jax.grad(lambda a: jnp.sum(f(a) ** 2))):
-        start = time.perf_counter()
-        jax.jit(fn).lower(x).compile()
-        seconds.append(time.perf_counter() - start)
-    return seconds[0], seconds[1]
+    return forward_and_gradient_seconds(
+        lambda a: jaxpool.interpolate(a, scale_factor=scale, recompute_scale_factor=True,
+                                      **kwargs), extents)
 
 
 def compile_table() -> str:
