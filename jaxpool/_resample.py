@@ -212,10 +212,11 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     if phases.varying:
         shape = (count,) + (1,) * (x.ndim - axis - 1)
         outputs = np.arange(count) * phases.period + phases.first
-        weights_of = [[np.array([plan.weights[i + p][t] for i in outputs]).reshape(shape)
-                       for t in range(len(starts))] for p, starts in enumerate(phases.starts)]
+        weights_of: list = [[np.array([plan.weights[i + p][t] for i in outputs]).reshape(shape)
+                             for t in range(len(starts))]
+                            for p, starts in enumerate(phases.starts)]
     else:
-        weights_of = phases.weights
+        weights_of = list(phases.weights)
     values = [_weighted(x, axis, plan, [tap(s) for s in starts], weights)
               for starts, weights in zip(phases.starts, weights_of)]
     if phases.period == 1:
@@ -396,8 +397,8 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``plan``'s values by its strategy's forward (no derivative rule): of the plans
     ``filter-phases`` takes and their transposes (never copies, never one extent)."""
     strategy = plan.strategy()
-    if (strategy in ("phases", "filter-phases") and axis == x.ndim - 1
-            and plan.phases().period > 1):
+    phases = plan.phases() if strategy in ("phases", "filter-phases") else None
+    if phases is not None and axis == x.ndim - 1 and phases.period > 1:
         # Along the minor axis XLA:CPU interleaves the phases element by element: the axis
         # swapped with the one before it, computed there and swapped back (512 -> 224 on
         # 8x3, both axes: 40 -> 23 ms; a period of 1, 336 -> 112, has nothing to
