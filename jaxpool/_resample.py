@@ -397,15 +397,16 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``plan``'s values by its strategy's forward (no derivative rule): of the plans
     ``filter-phases`` takes and their transposes (never copies, never one extent)."""
     strategy = plan.strategy()
-    phases = plan.phases() if strategy in ("phases", "filter-phases") else None
-    if phases is not None and axis == x.ndim - 1 and phases.period > 1:
-        # Along the minor axis XLA:CPU interleaves the phases element by element: the axis
-        # swapped with the one before it, computed there and swapped back (512 -> 224 on
-        # 8x3, both axes: 40 -> 23 ms; a period of 1, 336 -> 112, has nothing to
-        # interleave and took 0.64 -> 1.15 ms swapped).
-        swapped = _phases(jnp.swapaxes(x, axis - 1, axis), axis - 1, plan)
-        return jnp.swapaxes(swapped, axis - 1, axis)
     if strategy in ("phases", "filter-phases"):
+        phases = plan.phases()
+        assert phases is not None  # chosen only for a periodic axis
+        if axis == x.ndim - 1 and phases.period > 1:
+            # Along the minor axis XLA:CPU interleaves the phases element by element: the
+            # axis swapped with the one before it, computed there and swapped back (512 ->
+            # 224 on 8x3, both axes: 40 -> 23 ms; a period of 1, 336 -> 112, has nothing to
+            # interleave and took 0.64 -> 1.15 ms swapped).
+            swapped = _phases(jnp.swapaxes(x, axis - 1, axis), axis - 1, plan)
+            return jnp.swapaxes(swapped, axis - 1, axis)
         return _phases(x, axis, plan)
     if strategy == "selections":
         return _selections(x, axis, plan)
