@@ -18,8 +18,10 @@ those weights is compared with torch's: a side that differs is ``wrong`` and not
 A step is the loss, its gradient with respect to the parameters, and an Adam update (optax;
 ``torch.optim.Adam``), jitted as one program on the JAX sides; torch's runs eagerly, and
 with ``--torch-compile`` also through ``torch.compile`` (where that compiles here). The
-sides are timed interleaved in one process (``benchmarks.runner.measure``): median and half
-the interquartile range. Compile time: tracing, lowering and compiling the step (JAX), the
+sides are timed in one process (``benchmarks.runner.measure``), the JAX sides interleaved
+with each other, then torch's with each other (torch's idle OpenMP threads slow the next XLA
+program on a loaded machine), on the CPU torch both on every core and on one thread: median
+and half the interquartile range. Compile time: tracing, lowering and compiling the step (JAX), the
 first call (torch.compile). Peak memory: JAX, the compiled program's own count
 (``memory_analysis().peak_memory_in_bytes``: arguments, outputs and temporaries as XLA
 assigned them); torch on the CPU, the parameters, optimizer state and batch plus the largest
@@ -155,6 +157,27 @@ def _torch_peak_bytes(step, model, opt, batch: dict, device: Device) -> int | No
     return held + int(peak)
 
 
+def _with_threads(thunk, threads: int):
+    """``thunk`` run on ``threads`` torch CPU threads (a cheap call before each step)."""
+    import torch
+
+    def run():
+        torch.set_num_threads(threads)
+        return thunk()
+    return run
+
+
+def _median(sides: dict, name: str | None) -> float | None:
+    e = sides.get(name, {}) if name else {}
+    return e.get("median_ms") if e.get("status") == "ok" else None
+
+
+def _fastest(sides: dict, name: str) -> str | None:
+    """``name`` or ``name-1t`` (one torch thread), whichever was faster."""
+    timed = [n for n in (name, f"{name}-1t") if _median(sides, n) is not None]
+    return min(timed, key=lambda n: _median(sides, n)) if timed else None
+
+
 def _close(a: float, b: float, rtol: float) -> bool:
     return math.isfinite(a) and abs(a - b) <= rtol * max(1.0, abs(b))
 
@@ -204,7 +227,7 @@ def run_model(spec: Spec, device: Device, *, tiny: bool = False, reps: int = 15,
     reference = copy.deepcopy(model)
     value = torch_loss(reference, tbatch)
     value.backward()
-    ref_loss = float(value)
+    ref_loss = float(value.detach())
     ref_norm = float(torch.sqrt(sum(p.grad.double().square().sum()
                                     for p in reference.parameters())))
     del reference, value
@@ -281,8 +304,15 @@ def run_model(spec: Spec, device: Device, *, tiny: bool = False, reps: int = 15,
             sides[name] = {"status": "error", "error": f"{type(exc).__name__}: {first}"[:300]}
             continue
         sides[name] = entry
-        thunks[name] = thunk
         torch_opts[name] = (net, opt, thunk)
+        if device.kind == "gpu":
+            thunks[name] = thunk
+            continue
+        # On a loaded machine torch's parallel kernels can stall: all cores and one thread
+        thunks[name] = _with_threads(thunk, device.threads)
+        if device.threads > 1:
+            sides[f"{name}-1t"] = dict(entry, compile_s=0.0)
+            thunks[f"{name}-1t"] = _with_threads(thunk, 1)
 
     for name, entry in sides.items():
         if entry["status"] != "ok" or name == "torch":
@@ -296,22 +326,26 @@ def run_model(spec: Spec, device: Device, *, tiny: bool = False, reps: int = 15,
             entry.update(status="wrong", error="; ".join(problems))
             thunks.pop(name, None)
 
+    # The JAX sides interleaved with each other, then torch's with each other: torch's
+    # OpenMP threads, idle between its calls, slow the next XLA program on a loaded machine.
     status(f"{spec.name}: timing")
-    for name, stats in measure(thunks, reps, min_sample_s).items():
-        sides[name].update(stats)
+    try:
+        for group in (("jaxpool", "peer"), tuple(n for n in thunks if n.startswith("torch"))):
+            timed = measure({n: thunks[n] for n in group if n in thunks}, reps, min_sample_s)
+            for name, stats in timed.items():
+                sides[name].update(stats)
+    finally:
+        torch.set_num_threads(device.threads)
     for name, (net, opt, thunk) in torch_opts.items():
         if sides[name]["status"] == "ok":
             with _quiet_stderr():
                 sides[name]["peak_bytes"] = _torch_peak_bytes(thunk, net, opt, tbatch, device)
 
-    def med(name):
-        e = sides.get(name, {})
-        return e.get("median_ms") if e.get("status") == "ok" else None
-
-    jp = med("jaxpool")
+    jp = _median(sides, "jaxpool")
     for other, key in (("peer", "ratio_peer"), ("torch", "ratio_torch"),
                        ("torch.compile", "ratio_torch_compile")):
-        row[key] = jp / med(other) if jp and med(other) else None
+        best = _fastest(sides, other)
+        row[key] = jp / _median(sides, best) if jp and best else None
 
     if swaps == "all" or (swaps == "misses" and (row["ratio_peer"] or 0) > 1.0):
         row["swaps"] = _swaps(spec, jax_side, thunks, reps, min_sample_s, status)
@@ -338,13 +372,16 @@ def _swaps(spec: Spec, jax_side, thunks: dict, reps: int, min_sample_s: float,
 
 # ---- report ---------------------------------------------------------------------------
 
-def _ms(entry: dict | None) -> str:
+def _ms(sides: dict, name: str) -> str:
+    """The side's median ± half its IQR; a torch side's faster thread count."""
+    best = _fastest(sides, name) or name
+    entry = sides.get(best)
     if not entry:
         return ""
     if entry.get("status") != "ok" or "median_ms" not in entry:
         return {"wrong": "wrong", "error": "fails", "missing": "-"}.get(entry.get("status"), "")
     half = (entry["q75_ms"] - entry["q25_ms"]) / 2
-    return f"{entry['median_ms']:.3g} ±{half:.2g}"
+    return f"{entry['median_ms']:.3g} ±{half:.2g}" + (" (1t)" if best.endswith("-1t") else "")
 
 
 def _ratio(value: float | None) -> str:
@@ -359,9 +396,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} at the end).",
         "",
         f"Milliseconds per training step (loss, gradient, Adam update; jitted on the JAX "
-        f"sides): median of {meta['reps']} interleaved samples ± half the interquartile "
-        f"range; float32, {meta['where']} Compile: seconds to trace, lower and compile the "
-        "step (torch.compile: its first step). Peak: MB live at the step's peak (JAX: the "
+        f"sides): median of {meta['reps']} samples ± half the interquartile range, the "
+        "JAX sides interleaved, then torch's; float32, " + meta["where"]
+        + (" A torch cell shows the faster of all cores and one thread (1t: on a loaded "
+           "machine torch's parallel kernels can stall)." if meta["device"] == "cpu" else "")
+        + " Compile: seconds to trace, lower and compile the step (torch.compile: its "
+        "first step). Peak: MB live at the step's peak (JAX: the "
         "compiled program's memory_analysis; torch: parameters, optimizer state and batch "
         "plus the profiler's peak of the step's allocations"
         + (", CUDA's max_memory_allocated on a GPU" if meta["device"] == "gpu" else "")
@@ -380,7 +420,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         peaks = ", ".join(f"{s[n]['peak_bytes'] / 1e6:.1f}" if s.get(n, {}).get("peak_bytes")
                           else "-" for n in sides)
         lines.append(f"| {r['title']} | {r['input']} | "
-                     + " | ".join(_ms(s.get(n)) for n in sides)
+                     + " | ".join(_ms(s, n) for n in sides)
                      + f" | {_ratio(r['ratio_peer'])} | {_ratio(r['ratio_torch'])} | "
                      f"{compiles} | {peaks} |")
     met = [r for r in rows if r["ratio_peer"] is not None and r["ratio_peer"] <= 1.0]
@@ -420,7 +460,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
             lines.append(f"- {r['title']}: jaxpool {sw['jaxpool']:.3g}, peer {sw['peer']:.3g}; "
                          + "; ".join(parts))
     failures = [(r, n, e) for r in rows for n, e in r["sides"].items()
-                if e.get("status") in ("wrong", "error")]
+                if e.get("status") in ("wrong", "error") and n in TITLES]
     if failures:
         lines += ["", "Not timed:", ""]
         lines += [f"- {r['title']}, {TITLES[n]}: {e['status']} ({e['error']})"
