@@ -86,9 +86,16 @@ def jax_step(spec: Spec, layers: Layers, tiny: bool):
     def step(params, opt_state, batch):
         value, grads = jax.value_and_grad(lambda p: jax_loss(apply, p, batch))(params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value, optax.global_norm(grads)
+        return optax.apply_updates(params, updates), opt_state, value, _norm(grads)
 
     return step, tx
+
+
+def _norm(tree):
+    import optax
+
+    tree_norm = getattr(getattr(optax, "tree", None), "norm", None)  # optax >= 0.2.5
+    return tree_norm(tree) if tree_norm else optax.global_norm(tree)
 
 
 def initial_variables(module, x, seed: int = 0) -> dict:
@@ -279,7 +286,7 @@ def run_model(spec: Spec, device: Device, *, tiny: bool = False, reps: int = 15,
         compile_s = time.perf_counter() - t0
         norm = float(torch.sqrt(sum(p.grad.double().square().sum() for p in net.parameters())))
         opt.step()
-        entry = {"status": "ok", "loss": float(value), "grad_norm": norm,
+        entry = {"status": "ok", "loss": float(value.detach()), "grad_norm": norm,
                  "compile_s": compile_s if name == "torch.compile" else 0.0}
         return entry, step, opt
 
