@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["LAYOUT_RULES", "FlaxLayer", "LayoutRule", "TorchLayer", "flax_layers", "flax_layout",
+__all__ = ["LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule", "TorchLayer", "flax_layers", "flax_layout",
            "get_value", "is_nnx_module", "nnx_modules", "set_value", "torch_layers"]
 
 
@@ -92,6 +92,15 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
                (2,)),
 )
 
+RAW = "raw"
+
+
+def raw_rule(tensor_names) -> LayoutRule:
+    """Raw parameters: each tensor is the Flax leaf of the same name, as it is (a module of
+    no known type, such as ViT's embeddings with ``cls_token`` and ``position_embeddings``)."""
+    return LayoutRule(RAW, (), {n: n for n in tensor_names}, {}, {}, (), ())
+
+
 # Buffers that exist on one side only.
 _SKIPPED_TORCH = ("num_batches_tracked",)
 
@@ -112,9 +121,13 @@ class TorchLayer:
         return type(self.module).__name__ if self.module is not None else "?"
 
     def rules(self) -> list[LayoutRule]:
+        """The layout rules this layer may follow: its type's, or, for a module of no known
+        type (one holding ``nn.Parameter`` attributes of its own: a class token, position
+        embeddings, a layer scale), ``raw_rule``: the same names and shapes."""
         if self.module is None:
-            return list(LAYOUT_RULES)
-        return [r for r in LAYOUT_RULES if isinstance(self.module, r.torch_types)]
+            return list(LAYOUT_RULES) + [raw_rule(self.tensors)]
+        known = [r for r in LAYOUT_RULES if isinstance(self.module, r.torch_types)]
+        return known or [raw_rule(self.tensors)]
 
     def full_name(self, tensor: str) -> str:
         return f"{self.name}.{tensor}" if self.name else tensor

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from .calls import Call, Run
-from .layout import (LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, flax_layers, flax_layout,
-                     torch_layers)
+from .layout import (LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer, flax_layers,
+                     flax_layout, torch_layers)
 
 __all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "kind", "match_weights", "pair_calls"]
 
@@ -86,22 +86,30 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     fixed.update(name_map)
     fixed[""] = ""  # the models themselves
     fixed_flax = set(fixed.values())
-    queues: dict[tuple, list[Call]] = {}  # per key, the Flax calls not yet paired
+    queues: dict[str, list[Call]] = {}  # per fixed Flax path, its calls not yet paired
     for c in f_calls:
-        k = ("fixed", c.path) if c.path in fixed_flax else ("kind", kind(c.type_name))
-        queues.setdefault(k, []).append(c)
+        if c.path in fixed_flax:
+            queues.setdefault(c.path, []).append(c)
     pairs: list[tuple[Call, Call]] = []
     for c in t_calls:
-        k = ("fixed", fixed[c.path]) if c.path in fixed else ("kind", kind(c.type_name))
-        queue = queues.get(k)
+        queue = queues.get(fixed[c.path]) if c.path in fixed else None
         if queue:
             pairs.append((c, queue.pop(0)))
+    # The rest, gap by gap between those pairs: the two sequences of calls aligned.
+    aligned = []
+    for gap in _gaps(t_calls, f_calls, pairs):
+        if gap is not None:
+            aligned += _align([c for c in gap[0] if c.path not in fixed],
+                              [c for c in gap[1] if c.path not in fixed_flax], channels_last)
+    pairs += aligned
+    pairs += _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last)
     by_position = []
     for gap in _gaps(t_calls, f_calls, pairs):
         if gap is None or not len(gap[0]) == len(gap[1]) == 1:
             continue
         t, f = gap[0][0], gap[1][0]
-        if t.path not in fixed and f.path not in fixed_flax and _shapes_fit(t, f, channels_last):
+        if (t.path not in fixed and f.path not in fixed_flax and _family(t) == _family(f)
+                and _shapes_fit(t, f, channels_last)):
             by_position.append((t, f))
     t_at = {id(c): i for i, c in enumerate(t_calls)}
     pairs = sorted(pairs + by_position, key=lambda p: t_at[id(p[0])])
@@ -116,6 +124,67 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     unpaired_torch = list(dict.fromkeys(c.path for c in t_calls if id(c) not in paired))
     left = sorted((c for c in f_calls if id(c) not in paired), key=lambda c: c.start)
     return out, unpaired_torch, list(dict.fromkeys(c.path for c in left))
+
+
+def _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last):
+    """Calls still unpaired that enclose pairs (blocks and containers: a residual block, a
+    ``Sequential``), left out of the gaps: the two sequences of them aligned (by kind or
+    name, with the shapes fitting), so that their outputs are compared too."""
+    paired = {id(c) for p in pairs for c in p}
+
+    def enclosers(calls, skip):
+        at_paired = [(i, c.start) for i, c in enumerate(calls) if id(c) in paired]
+        return [c for i, c in enumerate(calls) if id(c) not in paired and c.path not in skip
+                and any(j < i and start > c.start for j, start in at_paired)]
+
+    return _align(enclosers(t_calls, fixed), enclosers(f_calls, fixed_flax), channels_last)
+
+
+def _family(c: Call) -> str:
+    """Kinds that may stand for one another where a call is alone in its place: any two
+    pools (an adaptive pool ported as a fixed one); otherwise the kind itself."""
+    k = kind(c.type_name)
+    return "pool" if "pool" in k.lower() else k
+
+
+def _match(t: Call, f: Call, channels_last: bool) -> float:
+    """How well two weightless calls agree: 0 (never paired) unless the shapes fit and the
+    kinds or the names agree; names that agree weigh on top of the kind."""
+    if not _shapes_fit(t, f, channels_last):
+        return 0.0
+    same_kind = kind(t.type_name) == kind(f.type_name)
+    same_name = name_tokens(t.path) == name_tokens(f.path)
+    if not (same_kind or same_name):
+        return 0.0
+    last = _last_word(t.path)
+    return 2.0 * same_kind + 1.0 * same_name + 0.5 * (last is not None
+                                                       and last == _last_word(f.path))
+
+
+def _align(ts: list[Call], fs: list[Call], channels_last: bool) -> list[tuple[Call, Call]]:
+    """The best order-keeping matching of two call sequences (a diff: one call more or less
+    on one side shifts nothing after it)."""
+    n, m = len(ts), len(fs)
+    if not n or not m:
+        return []
+    score = [[_match(t, f, channels_last) for f in fs] for t in ts]
+    best = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            b = max(best[i + 1][j], best[i][j + 1])
+            if score[i][j] > 0:
+                b = max(b, score[i][j] + best[i + 1][j + 1])
+            best[i][j] = b
+    out, i, j = [], 0, 0
+    while i < n and j < m:
+        if score[i][j] > 0 and best[i][j] == score[i][j] + best[i + 1][j + 1]:
+            out.append((ts[i], fs[j]))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def _gaps(t_calls: list[Call], f_calls: list[Call], pairs: list[tuple[Call, Call]]
@@ -166,6 +235,7 @@ class Pair:
     torch: TorchLayer
     flax: FlaxLayer
     rule: LayoutRule
+    signal: str = ""  # what paired them: "name_map", "name", "only fit" or "order"
 
     def tensors(self):
         """(torch tensor name, Flax leaf name) for each tensor of the pair."""
@@ -177,6 +247,13 @@ class WeightMap:
     """Which torch layer fills which Flax layer (``pairs``, in torch's order)."""
 
     pairs: list[Pair]
+
+    def format(self) -> str:
+        """The pairing, a line a pair: torch layer, Flax layer, layout rule, and the signal
+        that paired them."""
+        return "\n".join(f"{p.torch.name or '(root)'} ({p.torch.type_name}) -> "
+                         f"{p.flax.path or '(root)'} [{p.rule.kind}, by {p.signal}]"
+                         for p in self.pairs)
 
 
 def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
@@ -207,6 +284,8 @@ def _flax_type(f: FlaxLayer) -> str | None:
 
 
 def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
+    if rule.kind == RAW:
+        return _shape_diffs(rule, t, f) == []
     if f.module is not None and not any(c.__name__ in rule.flax_types
                                         for c in type(f.module).__mro__):
         return False
@@ -282,12 +361,28 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
     left over, or every pairing left open."""
     t_layers, f_layers = torch_layers(source), flax_layers(target, order)
     explicit = _explicit(name_map, source, t_layers, f_layers, order)
-    if order is None:
-        pairs, unmatched, open_ = _forced_pairs(t_layers, f_layers, explicit)
-        if open_:
+    pairs = [Pair(t, explicit[t.name], r, "name_map") for t in t_layers if t.name in explicit
+             and (r := _rule(t, explicit[t.name])) is not None]
+    unmatched = [t for t in t_layers if t.name in explicit and all(p.torch is not t for p in pairs)]
+    t_left = [t for t in t_layers if t.name not in explicit]
+    f_left = [f for f in f_layers if all(f is not g for g in explicit.values())]
+    named = _name_pairs(t_left, f_left)
+    pairs += named
+    t_left = [t for t in t_left if all(p.torch is not t for p in named)]
+    f_left = [f for f in f_left if all(p.flax is not f for p in named)]
+    more, no_fit, open_ = _forced_pairs(t_left, f_left)
+    pairs += more
+    unmatched += no_fit
+    if open_:
+        if order is None:
             raise ValueError(_ambiguity_message(open_))
-    else:
-        pairs, unmatched = _pairs_in_order(t_layers, f_layers, explicit)
+        t_open = [t for t, _ in open_.values()]
+        f_open = [f for f in f_left if all(p.flax is not f for p in more)]
+        by_order, no_fit, conflicts = _pairs_in_order(t_open, f_open)
+        if conflicts:
+            raise ValueError(_ambiguity_message(conflicts, order_conflict=True))
+        pairs += by_order
+        unmatched += no_fit
     used = {id(p.flax) for p in pairs}
     unset = [f for f in f_layers if id(f) not in used]
     if unmatched or unset:
@@ -297,57 +392,123 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
     return WeightMap([by_torch[id(t)] for t in t_layers])
 
 
-def _pairs_in_order(t_layers, f_layers, explicit):
-    """Each torch layer takes the first Flax layer that fits, from where the previous pair
-    left off (then from the start)."""
-    taken = {id(f) for f in explicit.values()}
+# --------------------------------------------------------------------------- names
+
+
+_WORD = re.compile(r"[A-Za-z]+|\d+")
+
+
+def name_tokens(name: str) -> tuple[str, ...]:
+    """A module name in words both sides use: split at any separator ("layer.0", "layer_0",
+    "layer/0" and "layers_0" are all ("layer", "0")), lower case, a plural's "s" dropped, a
+    word repeated in a row said once ("layer/layer_0" is "layer.0")."""
+    out: list[str] = []
+    for w in _WORD.findall(name):
+        w = w.lower()
+        if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+            w = w[:-1]
+        if not out or out[-1] != w:
+            out.append(w)
+    return tuple(out)
+
+
+def _common_prefix(names: list[tuple[str, ...]]) -> int:
+    """How many leading words every name shares (one word left to each name at least)."""
+    if len(names) < 2:
+        return 0
+    n = min(len(t) for t in names) - 1
+    k = 0
+    while k < n and all(t[k] == names[0][k] for t in names):
+        k += 1
+    return k
+
+
+def name_keys(t_names: list[str], f_names: list[str]) -> tuple[list, list]:
+    """Each side's names as ``name_tokens``, with a prefix that every name of one side
+    shares (a wrapper's "module" or "model") dropped where that makes more names agree."""
+    t_tok, f_tok = [name_tokens(n) for n in t_names], [name_tokens(n) for n in f_names]
+    best = (t_tok, f_tok)
+    best_hits = len(set(t_tok) & set(f_tok))
+    kt, kf = _common_prefix(t_tok), _common_prefix(f_tok)
+    for cut_t, cut_f in ((kt, 0), (0, kf), (kt, kf)):
+        if cut_t == cut_f == 0:
+            continue
+        tt, ff = [t[cut_t:] for t in t_tok], [f[cut_f:] for f in f_tok]
+        hits = len(set(tt) & set(ff))
+        if hits > best_hits:
+            best, best_hits = (tt, ff), hits
+    return best
+
+
+def _name_pairs(t_layers: list[TorchLayer], f_layers: list[FlaxLayer]) -> list[Pair]:
+    """Layers whose names agree (``name_keys``; each name once on each side) and whose
+    tensors fit: paired whatever the order says."""
+    t_keys, f_keys = name_keys([t.name for t in t_layers], [f.path for f in f_layers])
+    t_count: dict = {}
+    f_count: dict = {}
+    for k in t_keys:
+        t_count[k] = t_count.get(k, 0) + 1
+    for k in f_keys:
+        f_count[k] = f_count.get(k, 0) + 1
+    f_by_key = {k: f for k, f in zip(f_keys, f_layers) if f_count[k] == 1}
+    pairs = []
+    for t, k in zip(t_layers, t_keys):
+        f = f_by_key.get(k) if t_count[k] == 1 else None
+        if f is not None and (rule := _rule(t, f)) is not None:
+            pairs.append(Pair(t, f, rule, "name"))
+    return pairs
+
+
+def _last_word(name: str) -> str | None:
+    words = [w for w in name_tokens(name) if not w.isdigit()]
+    return words[-1] if words else None
+
+
+# --------------------------------------------------------------------------- order
+
+
+def _pairs_in_order(t_layers, f_layers):
+    """Each torch layer (registration order) takes the first Flax layer (call order) that
+    fits, from where the previous pair left off (then from the start). A pair whose names
+    say otherwise (another candidate's last word is the torch layer's, this one's is not)
+    is a conflict: returned as {torch name: (layer, candidates)}, nothing guessed."""
+    taken: set[int] = set()
     pairs, unmatched, last = [], [], 0
+    conflicts: dict = {}
     for t in t_layers:
-        if t.name in explicit:
-            candidates = [explicit[t.name]]
-        else:
-            candidates = [f for f in f_layers[last:] + f_layers[:last] if id(f) not in taken]
-        hit = next(((f, r) for f in candidates if (r := _rule(t, f)) is not None), None)
-        if hit is None:
+        candidates = [f for f in f_layers[last:] + f_layers[:last] if id(f) not in taken]
+        fitting = [(f, r) for f in candidates if (r := _rule(t, f)) is not None]
+        if not fitting:
             unmatched.append(t)
             continue
-        f, rule = hit
+        f, rule = fitting[0]
+        word = _last_word(t.name)
+        if (word is not None and _last_word(f.path) != word
+                and any(_last_word(g.path) == word for g, _ in fitting[1:])):
+            conflicts[t.name] = (t, [g for g, _ in fitting])
+            continue
         taken.add(id(f))
         last = f_layers.index(f) + 1
-        pairs.append(Pair(t, f, rule))
-    return pairs, unmatched
+        pairs.append(Pair(t, f, rule, "order"))
+    return pairs, unmatched, conflicts
 
 
-def _same_name(t: TorchLayer, f: FlaxLayer) -> bool:
-    return t.name.replace(".", "_") == f.path.replace("/", "_")
-
-
-def _forced_pairs(t_layers, f_layers, explicit):
-    """Pairs that need no order: name_map's, equal names, then, repeatedly, a layer that
-    fits exactly one layer left on the other side. Returns the pairs, the torch layers
-    that fit nothing, and {torch layer: its candidates} for those left open."""
+def _forced_pairs(t_left, f_left):
+    """Pairs that need no order: repeatedly, a layer that fits exactly one layer left on
+    the other side. Returns the pairs, the torch layers that fit nothing, and {torch
+    name: (layer, its candidates)} for those left open."""
     pairs = []
-    t_left = [t for t in t_layers if t.name not in explicit]
-    f_left = [f for f in f_layers if all(f is not g for g in explicit.values())]
-    for t in t_layers:
-        if t.name in explicit:
-            rule = _rule(t, explicit[t.name])
-            if rule is not None:
-                pairs.append(Pair(t, explicit[t.name], rule))
+    t_left, f_left = list(t_left), list(f_left)
     fits = {id(t): [f for f in f_left if _rule(t, f) is not None] for t in t_left}
 
     def take(t, f):
-        pairs.append(Pair(t, f, _rule(t, f)))
+        pairs.append(Pair(t, f, _rule(t, f), "only fit"))
         t_left.remove(t)
         f_left.remove(f)
         for cands in fits.values():
             if f in cands:
                 cands.remove(f)
 
-    for t in list(t_left):
-        same = [f for f in fits[id(t)] if _same_name(t, f)]
-        if len(same) == 1:
-            take(t, same[0])
     progress = True
     while progress:
         progress = False
@@ -357,28 +518,36 @@ def _forced_pairs(t_layers, f_layers, explicit):
                 progress = True
         for f in list(f_left):
             takers = [t for t in t_left if f in fits[id(t)]]
-            if len(takers) == 1:
+            if len(takers) == 1 and len(fits[id(takers[0])]) >= 1:
                 take(takers[0], f)
                 progress = True
     unmatched = [t for t in t_left if not fits[id(t)]]
     open_ = {t.name: (t, fits[id(t)]) for t in t_left if fits[id(t)]}
-    unmatched += [t for t in t_layers if t.name in explicit
-                  and all(p.torch is not t for p in pairs)]
     return pairs, unmatched, open_
 
 
-def _ambiguity_message(open_: dict) -> str:
-    lines = ["the torch and Flax weights cannot be paired without guessing: the order of a "
-             "variables dict is not the order the model calls its modules (jax.jit(init), "
-             "tree_map and train steps return its keys sorted), and these torch layers fit "
-             "more than one Flax layer by kind and shape:"]
+def _ambiguity_message(open_: dict, order_conflict: bool = False) -> str:
+    if order_conflict:
+        lines = ["the torch and Flax weights cannot be paired without guessing: the order "
+                 "the Flax model calls its modules and the modules' names disagree for "
+                 "these torch layers, which fit more than one Flax layer by kind and shape:"]
+    else:
+        lines = ["the torch and Flax weights cannot be paired without guessing: the order "
+                 "of a variables dict is not the order the model calls its modules "
+                 "(jax.jit(init), tree_map and train steps return its keys sorted), and "
+                 "these torch layers fit more than one Flax layer by kind and shape:"]
     for name, (t, cands) in open_.items():
         lines.append(f"  {name or '(root)'} ({t.type_name}): "
                      + ", ".join(f.path or "(root)" for f in cands))
     template = ", ".join(f'"{name}": "<path>"' for name in open_)
-    lines.append("Pass the Flax model and an example input (model=..., x=...), so that the "
-                 "order the model calls its modules decides, or name_map entries for these "
-                 f"layers, each <path> one of its candidates above: name_map={{{template}}}")
+    if not order_conflict:
+        lines.append("Pass the Flax model and an example input (model=..., x=...), so that "
+                     "the order the model calls its modules decides, or name_map entries for "
+                     "these layers, each <path> one of its candidates above: "
+                     f"name_map={{{template}}}")
+    else:
+        lines.append("Pass name_map entries for these layers, each <path> one of its "
+                     f"candidates above: name_map={{{template}}}")
     return "\n".join(lines)
 
 
@@ -398,7 +567,9 @@ def _shape_notes(unmatched, unset, explicit) -> list[str]:
 def _mismatch_message(unmatched, unset, mismatched) -> str:
     lines = ["the torch and Flax weights do not line up"]
     tensors = [f"  {t.full_name(n)} {tuple(x.shape)} [{t.type_name}]"
-               + ("" if t.rules() else " (no layout rule for this module type)")
+               + ("" if any(r.kind != RAW for r in t.rules())
+                  else " (no layout rule for this module type; raw parameters pair by "
+                       "name with equal shapes)")
                for t in unmatched for n, x in t.tensors.items()]
     leaves = [f"  {f.describe(n)} {f.shape(n)}" for f in unset for n in f.leaves]
     if tensors:

@@ -249,7 +249,16 @@ def call_order(model, variables, x, kwargs: Mapping[str, Any] | None = None) -> 
     """Module paths in the order the model first calls them (an abstract run of
     ``model.apply(variables, x)``, or of the nnx model on ``x``): the order of its layers,
     whatever order its variables come in. The one place this order is computed."""
-    calls, _ = trace(program(model, variables, kwargs), x)
+    calls, error = trace(program(model, variables, kwargs), x)
+    if error is not None:
+        # The variables' own order is no substitute (jit and tree_map sort them): say why.
+        given = ", ".join(sorted(kwargs or {})) or "none"
+        raise ValueError(
+            f"running the Flax model on x (shape {tuple(np.shape(x))}, dtype "
+            f"{np.asarray(x).dtype if not hasattr(x, 'dtype') else x.dtype}) to record the "
+            f"order it calls its modules raised {error}. Pass the call's other arguments as "
+            f"flax_kwargs={{...}} (given: {given}) and x in the layout and dtype the model "
+            "takes; or leave out model= and x= to pair by names and shapes alone")
     return order(calls)
 
 
