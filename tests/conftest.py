@@ -1,5 +1,6 @@
 """Shared fixtures: float64 JAX for the modules that ask for it, and torch references."""
 
+import importlib.util
 import zlib
 
 import numpy as np
@@ -22,3 +23,14 @@ def rng(request):
     """A generator seeded from the test's id, so every case draws its own fixed numbers."""
     seed = zlib.crc32(request.node.nodeid.encode())  # str hash() differs between processes
     return np.random.default_rng(seed)
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs_recent("module")``: the test needs an optional package that the
+    lowest supported versions do not have (torchax before Python 3.11): skipped where the
+    module is not installed, rather than failing."""
+    for marker in item.iter_markers("needs_recent"):
+        for module in marker.args:
+            if importlib.util.find_spec(module) is None:
+                pytest.skip(f"needs {module}, which is not installed (a newer optional package "
+                            f"than the lowest supported versions)")

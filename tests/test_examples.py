@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py",
-           "torchax_train.py")
+           pytest.param("torchax_train.py", marks=pytest.mark.needs_recent("torchax")))
 
 
 def run(script: str, *args: str, out: Path | None = None, env_extra: dict | None = None):
@@ -99,6 +99,7 @@ def test_segment(tmp_path):
     assert "MaxUnpool2d_1" in proc.stdout and "ReflectionPad2d_4" in proc.stdout
 
 
+@pytest.mark.needs_recent("torchax")
 def test_torchax_train(tmp_path):
     proc = run("torchax_train.py", "--steps", "2", "--batch-size", "4", "--width", "4",
                out=tmp_path)
