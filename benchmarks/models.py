@@ -33,6 +33,7 @@ is timed again with each layer kind swapped to the peer's, one at a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -189,22 +190,18 @@ def _close(a: float, b: float, rtol: float) -> bool:
     return math.isfinite(a) and abs(a - b) <= rtol * max(1.0, abs(b))
 
 
+@contextlib.contextmanager
 def _quiet_stderr():
     """Torch's profiler writes a line per start and stop to file descriptor 2."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def quiet():
-        sys.stderr.flush()
-        saved = os.dup(2)
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-    return quiet()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def run_model(spec: Spec, device: Device, *, tiny: bool = False, reps: int = 15,
