@@ -429,7 +429,9 @@ def _torch_forward_matrix(shape, kwargs) -> np.ndarray:
 
 
 # Where torch's backward is not the transpose of its forward; jaxpool's derivative is the
-# transpose of its forward (which is torch's forward). (input shape, kwargs, reason)
+# transpose of its forward (which is torch's forward). (input shape, kwargs, reason) With
+# NaN or inf the antialias and bicubic rows hold at a scale of 1 too (0 * inf at the zero
+# weights): the rows of test_interpolate_nonfinite.DIFFERENCES.
 BACKWARD_DIFFERENCES = {
     "nearest 1d": ((1, 1, 5), {"scale_factor": 1.1},
                    "torch's 1d/3d nearest backward uses nearest_idx (an unchanged extent "

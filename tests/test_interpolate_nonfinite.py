@@ -1,9 +1,10 @@
 """interpolate on every small extent with NaN, +inf and -inf, against torch (float64).
 
 Every mode and flag (bilinear and bicubic each plain, with ``align_corners`` and with
-``antialias``; nearest, nearest-exact and area in 1d, 2d and 3d; linear in 1d; trilinear),
-inputs of extent 1-3 and outputs of 1-7 on each axis. Each case plants NaN, +inf and -inf,
-one at a time at every position and in pairs, one plane of the batch each, in
+``antialias``; nearest, nearest-exact and area in 1d, 2d and 3d; linear and trilinear,
+plain and with ``align_corners``), inputs of extent 1-3 and outputs of 1-7 on each axis.
+Each case plants NaN, +inf and -inf, one at a time at every position and in pairs, one
+plane of the batch each, in
 
 - the input: jaxpool's values against torch's forward;
 - the cotangent: jaxpool's reverse mode against torch's backward;
