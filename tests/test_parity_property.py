@@ -1,6 +1,6 @@
 """Property test: random shapes and pooling arguments, jaxpool against torch via parity.compare.
 
-Each test draws ``PARITY_HYPOTHESIS_EXAMPLES`` cases (default 100): set the variable higher
+Each test draws ``PARITY_HYPOTHESIS_EXAMPLES`` cases (default 15): set the variable higher
 for a longer hunt, e.g. ``PARITY_HYPOTHESIS_EXAMPLES=2000 pytest tests/test_parity_property.py``.
 Cases are tiny and float64, to derivative order 1 or 2 (the suite, ``python -m parity``,
 covers order 3 and the other dtypes).
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import parity
 from parity.suite.ops import jax_counterpart, torch_counterpart
 
-EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "15"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 

@@ -98,7 +98,13 @@ def test_inconsistent_scales(env):
         aten.upsample_bilinear2d.default(x.to("jax"), [5, 5], False, 3.0, 3.0)
 
 
-@pytest.mark.parametrize("name", list(torchax_models.MODELS))
+# Each of these models' pooling calls is also another model's (SqueezeNet's GoogLeNet's,
+# ResNet's DenseNet's, global max's avgmax's): they run under -m slow.
+REPEATS = ("SqueezeNet", "ResNet", "timm global_pool=max")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in REPEATS else n
+                                  for n in torchax_models.MODELS])
 def test_model(env, name):
     row = torchax_models.compare(name, env)
     assert row["logits"] < 1e-13 and row["grads"] < 1e-12, row
