@@ -165,7 +165,9 @@ def pool(fn, plan, x: jax.Array, names, *, indices: bool = False, reduce: str = 
             if not indices:
                 return out
             values, index = out
-            origins = [kept[i][1] if i in kept else 0 for i in range(len(axes))]
+            # devices of one branch share their plan, not their place along the axis
+            origins = [_origin(names[i], halos[i]) if i in kept else 0
+                       for i in range(len(axes))]
             return values, _global_index(index, [p.in_size for p in axes],
                                          [p.in_size for p in plan.axes], origins)
         return branch
@@ -174,6 +176,14 @@ def pool(fn, plan, x: jax.Array, names, *, indices: bool = False, reduce: str = 
     for name in whole:
         out = lax.psum(out, name) if reduce == "sum" else _max_across(out, name)
     return out
+
+
+def _origin(name, halo: _plan.AxisHalo) -> jax.Array:
+    """The input row (global) of this device's first kept row (see AxisHalo.origin), from
+    the device's index: ``s*block - left``, or 0 on the first device (whose halo rows do
+    not exist)."""
+    start = lax.axis_index(name) * halo.block - halo.left
+    return start if halo.circular else jnp.maximum(start, 0)
 
 
 def _global_index(index: jax.Array, local: list[int], full: list[int], origins: list[int]):
@@ -321,9 +331,20 @@ def unpool(unpool_fn, plan, x: jax.Array, indices: jax.Array, names):
         if name is None:
             continue
         halos[i] = _plan.unpool_halo(name, axis_plan, lax.axis_size(name))
-        x = exchange(x, axis, name, halos[i])
-        indices = exchange(indices, axis, name, halos[i])
         sharded.append(i)
+    # Values and indices travel together (one exchange each way) when their widths match.
+    same_width = x.dtype.itemsize == indices.dtype.itemsize
+    both = (jnp.stack([x, lax.bitcast_convert_type(indices, x.dtype)], axis=-1) if same_width
+            else None)
+    for i in sharded:
+        axis, name = plan.spatial_axes[i], names[i]
+        if same_width:
+            both = exchange(both, axis, name, halos[i])
+        else:
+            x = exchange(x, axis, name, halos[i])
+            indices = exchange(indices, axis, name, halos[i])
+    if same_width and sharded:
+        x, indices = both[..., 0], lax.bitcast_convert_type(both[..., 1], indices.dtype)
 
     def key(i):
         return lambda s: (halos[i].kept(s), _plan.local_unpool_axis(plan.axes[i], halos[i], s))
@@ -336,7 +357,7 @@ def unpool(unpool_fn, plan, x: jax.Array, indices: jax.Array, names):
         for i, s in zip(sharded, combo):
             kept[i] = halos[i].kept(s)
             axes[i] = _plan.local_unpool_axis(plan.axes[i], halos[i], s)
-            first[i] = s * halos[i].out_block
+            first[i] = lax.axis_index(names[i]) * halos[i].out_block  # this device's rows
         local_extents = [p.in_size for p in axes]
 
         def branch(block, index):
