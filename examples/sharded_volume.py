@@ -183,8 +183,9 @@ def main(argv=None) -> int:
     losses_single, losses_sharded = [], []
     start = time.perf_counter()
     for _ in range(args.steps):
-        p_single, l_single = single(p_single, x, y)
-        p_sharded, l_sharded = sharded(p_sharded, x_sh, y_sh)
+        # the compiled steps above: calling the jitted functions would compile them again
+        p_single, l_single = c_single(p_single, x, y)
+        p_sharded, l_sharded = c_sharded(p_sharded, x_sh, y_sh)
         losses_single.append(float(l_single))
         losses_sharded.append(float(l_sharded))
     diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in

@@ -186,16 +186,15 @@ def _origin(name, halo: _plan.AxisHalo) -> jax.Array:
     return start if halo.circular else jnp.maximum(start, 0)
 
 
-def _global_index(index: jax.Array, local: list[int], full: list[int], origins: list[int]):
+def _global_index(index: jax.Array, local: list[int], full: list[int], origins: list) -> jax.Array:
     """Flat indices over the local extents as flat indices over the unsharded ones."""
     coords, rest = [], index
     for extent in reversed(local):
         coords.append(rest % extent)
         rest = rest // extent
-    out = None
+    out = jnp.zeros((), index.dtype)
     for coord, extent, origin in zip(reversed(coords), full, origins):
-        coord = coord + origin
-        out = coord if out is None else out * extent + coord
+        out = out * extent + (coord + origin)
     return out.astype(index.dtype)
 
 
@@ -334,17 +333,15 @@ def unpool(unpool_fn, plan, x: jax.Array, indices: jax.Array, names):
         sharded.append(i)
     # Values and indices travel together (one exchange each way) when their widths match.
     same_width = x.dtype.itemsize == indices.dtype.itemsize
-    both = (jnp.stack([x, lax.bitcast_convert_type(indices, x.dtype)], axis=-1) if same_width
-            else None)
-    for i in sharded:
-        axis, name = plan.spatial_axes[i], names[i]
-        if same_width:
-            both = exchange(both, axis, name, halos[i])
-        else:
-            x = exchange(x, axis, name, halos[i])
-            indices = exchange(indices, axis, name, halos[i])
     if same_width and sharded:
+        both = jnp.stack([x, lax.bitcast_convert_type(indices, x.dtype)], axis=-1)
+        for i in sharded:
+            both = exchange(both, plan.spatial_axes[i], names[i], halos[i])
         x, indices = both[..., 0], lax.bitcast_convert_type(both[..., 1], indices.dtype)
+    else:
+        for i in sharded:
+            x = exchange(x, plan.spatial_axes[i], names[i], halos[i])
+            indices = exchange(indices, plan.spatial_axes[i], names[i], halos[i])
 
     def key(i):
         return lambda s: (halos[i].kept(s), _plan.local_unpool_axis(plan.axes[i], halos[i], s))
@@ -353,7 +350,8 @@ def unpool(unpool_fn, plan, x: jax.Array, indices: jax.Array, names):
 
     def make_branch(combo):
         axes = list(plan.axes)
-        kept, first = {}, [0] * len(axes)
+        kept: dict = {}
+        first: list = [0] * len(axes)
         for i, s in zip(sharded, combo):
             kept[i] = halos[i].kept(s)
             axes[i] = _plan.local_unpool_axis(plan.axes[i], halos[i], s)
@@ -372,19 +370,20 @@ def unpool(unpool_fn, plan, x: jax.Array, indices: jax.Array, names):
                      make_branch)
 
 
-def _local_index(index: jax.Array, full: list[int], local: list[int], first: list[int]):
+def _local_index(index: jax.Array, full: list[int], local: list[int], first: list
+                 ) -> jax.Array:
     """Flat indices over the unsharded extents as flat indices over a device's own block
     (``-1``, placed nowhere, for one outside it)."""
     coords, rest = [], index
     for extent in reversed(full):
         coords.append(rest % extent)
         rest = rest // extent
-    out, inside = None, None
+    out = jnp.zeros((), index.dtype)
+    inside = jnp.ones((), bool)
     for coord, extent, lo in zip(reversed(coords), local, first):
         coord = coord - lo
-        ok = (coord >= 0) & (coord < extent)
-        inside = ok if inside is None else inside & ok
-        out = coord if out is None else out * extent + coord
+        inside = inside & (coord >= 0) & (coord < extent)
+        out = out * extent + coord
     return jnp.where(inside, out, jnp.asarray(-1, index.dtype)).astype(index.dtype)
 
 

@@ -15,6 +15,7 @@ import json
 import re
 import sys
 from collections import Counter
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +30,9 @@ COLLECTIVE = re.compile(
     r"collective-broadcast)(?:-start)?\(")
 
 
-def collectives(compiled_text: str) -> dict[str, int]:
+def collectives(compiled_text: str | None) -> dict[str, int]:
     """How many of each collective a compiled HLO module's text holds."""
-    return dict(Counter(COLLECTIVE.findall(compiled_text)))
+    return dict(Counter(COLLECTIVE.findall(compiled_text or "")))
 
 
 def _unpool(ndim, kernel, stride, padding=0, output_size=None):
@@ -204,6 +205,59 @@ def run(cases=CASES, layouts=(False, True), second_for=("max_pool2d 3/2/1",
     return rows
 
 
+# Under plain jit: the input [8, 8, 64, 64] (or [2, 4, 64, 16, 16]) sharded on its first
+# spatial axis, the output sharded the same way where its extent divides.
+JIT_CASES: list[tuple[str, Any, tuple, dict[str, Any]]] = [
+    ("avg_pool2d(x, 3, 2, 1)", jaxpool.avg_pool2d, (3, 2, 1), {}),
+    ("max_pool2d(x, 3, 2, 1)", jaxpool.max_pool2d, (3, 2, 1), {}),
+    ("adaptive_avg_pool2d 64 -> 16", jaxpool.adaptive_avg_pool2d, (16,), {}),
+    ("adaptive_avg_pool2d 64 -> 24", jaxpool.adaptive_avg_pool2d, (24,), {}),
+    ("interpolate bilinear x2", jaxpool.interpolate, (), dict(scale_factor=2, mode="bilinear")),
+    ("interpolate bilinear align_corners 64 -> 127", jaxpool.interpolate, (),
+     dict(size=127, mode="bilinear", align_corners=True)),
+    ("pad(x, 3, mode='reflect')", jaxpool.pad, ((3, 3, 3, 3), "reflect"), {}),
+    ("pad(x, 4, mode='reflect')", jaxpool.pad, ((4, 4, 4, 4), "reflect"), {}),
+    ("avg_pool3d(x, 3, 2, 1) on D", jaxpool.avg_pool3d, (3, 2, 1), {}),
+    ("pad replicate 3d (4 each side) on D", jaxpool.pad, ((4,) * 6, "replicate"), {}),
+    ("lp_pool2d(x, 2, 2)", jaxpool.lp_pool2d, (2, 2), {}),
+]
+
+
+def jit_table() -> list[dict]:
+    """Collectives under plain jit, before (the op as it is) and after
+    (:func:`jaxpool.halo_jit.partitioned`), forward and gradient."""
+    from jaxpool.halo_jit import partitioned
+
+    mesh = Mesh(np.array(jax.devices()), (A,))
+    rows = []
+    for label, op, args, kw in JIT_CASES:
+        shape = (2, 4, 64, 16, 16) if "3d" in label or "on D" in label else (8, 8, 64, 64)
+        x = jax.random.normal(jax.random.key(0), shape)
+        spec = P(None, None, A)
+        sh = jax.sharding.NamedSharding(mesh, spec)
+        plain = lambda v, op=op, args=args, kw=kw: op(v, *args, **kw)  # noqa: E731
+        y = jax.eval_shape(plain, x)
+        out_sh = sh if y.shape[2] % len(jax.devices()) == 0 else None
+        row: dict[str, Any] = {"case": label}
+        for name, f in (("before", plain), ("after", partitioned(op, *args, **kw))):
+            def loss(v, f=f):
+                out = f(v)
+                return (out * jnp.cos(out)).sum()
+            fwd = jax.jit(f, in_shardings=sh, out_shardings=out_sh)
+            grad = jax.jit(jax.grad(loss), in_shardings=sh, out_shardings=sh)
+            row[name] = {"forward": collectives(fwd.lower(x).compile().as_text()),
+                         "gradient": collectives(grad.lower(x).compile().as_text())}
+            if name == "after":
+                row["after"]["value_diff"] = _diff(fwd(x), plain(x))
+                row["after"]["grad_diff"] = _diff(grad(x), jax.grad(lambda v: loss(v, plain))(x))
+        rows.append(row)
+    return rows
+
+
+def _fmt(counts: dict) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+
+
 def within_bound(row) -> bool:
     """Per sharded axis at most 2 collective-permutes forward and 4 in the gradient (8 in
     a second derivative), nothing else; axes pooled whole: all-reduces only (2 forward,
@@ -229,10 +283,25 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--quick", action="store_true", help="channels-first only")
+    p.add_argument("--jit-table", action="store_true",
+                   help="plain jit instead: before and after jaxpool.halo_jit.partitioned")
     args = p.parse_args(argv)
     n = len(jax.devices())
     if n < 2 or n % 2:
         print(f"{n} device(s): the halo check needs an even number of at least 2")
+        return 0
+    if args.jit_table:
+        rows = jit_table()
+        print("| op (sharded axis 64 long, 8 devices) | forward before | gradient before "
+              "| forward after | gradient after |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['case']} | {_fmt(r['before']['forward'])} | "
+                  f"{_fmt(r['before']['gradient'])} | {_fmt(r['after']['forward'])} | "
+                  f"{_fmt(r['after']['gradient'])} |", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return 0
     rows = run(layouts=(False,) if args.quick else (False, True))
     ok = True

@@ -54,7 +54,9 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
       channels_last: the last axis holds channels: pairs start at the axis before it.
       axis_names: inside ``shard_map``, the mesh axis name of each padded axis, outermost
         first (None: unsharded); each device pads its block of the output, exchanging
-        only the rows it copies from its neighbours; see :doc:`scale`.
+        only the rows it copies from its neighbours. Under plain ``jit`` a sharded input
+        gets the unsharded program (right values, more collectives) unless wrapped by
+        :func:`jaxpool.halo_jit.partitioned`: see :doc:`scale`.
 
     Returns:
       ``x``'s dtype; each padded axis grows by ``lo + hi``.

@@ -183,7 +183,10 @@ def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -214,7 +217,10 @@ def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -245,7 +251,10 @@ def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -272,7 +281,10 @@ def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -297,7 +309,10 @@ def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -322,7 +337,10 @@ def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -370,7 +388,10 @@ def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
         (``l``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -420,7 +441,10 @@ def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
         (``h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -470,7 +494,10 @@ def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
         (``d*H*W + h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -511,7 +538,10 @@ def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: b
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -551,7 +581,10 @@ def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: b
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -591,7 +624,10 @@ def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: b
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -623,7 +659,10 @@ def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool1d` without padding.
@@ -655,7 +694,10 @@ def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool2d` without padding.
@@ -687,7 +729,10 @@ def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool3d` without padding.
@@ -709,7 +754,10 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False,
       x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``[B, C]`` in ``x``'s dtype. float16/bfloat16 accumulate in float32 and round once.
@@ -736,7 +784,10 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False,
       x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``[B, C]`` in ``x``'s dtype.
@@ -829,7 +880,10 @@ def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
         strictly within one stride of the default.
       channels_last: channels after the spatial axis.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; L becomes ``(L - 1)*stride - 2*padding + kernel_size``, or
@@ -875,7 +929,10 @@ def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
         ``(B, C, H, W)``; each strictly within one stride of the default.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes
@@ -924,7 +981,10 @@ def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
         strictly within one stride of the default.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
-        axis, outermost first (None: unsharded); see :doc:`scale`.
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes

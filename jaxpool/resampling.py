@@ -69,7 +69,10 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
       antialias: ``bilinear`` and ``bicubic`` only.
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis,
-        outermost first (None: unsharded); see :doc:`scale`.
+        outermost first (None: unsharded): each device exchanges only its halo. Under
+        plain ``jit`` a sharded input gets the unsharded program (right values, more
+        collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the new spatial extents. float16/bfloat16 compute in
