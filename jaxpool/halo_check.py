@@ -229,14 +229,17 @@ JIT_CASES: list[tuple[str, Any, tuple, dict[str, Any]]] = [
 ]
 
 
-def jit_table() -> list[dict]:
+def jit_table(labels=None) -> list[dict]:
     """Collectives under plain jit, before (the op as it is) and after
-    (:func:`jaxpool.halo_jit.partitioned`), forward and gradient."""
+    (:func:`jaxpool.halo_jit.partitioned`), forward and gradient (of the cases named in
+    ``labels``, or all)."""
     from jaxpool.halo_jit import partitioned
 
     mesh = Mesh(np.array(jax.devices()), (A,))
     rows = []
     for label, op, args, kw in JIT_CASES:
+        if labels is not None and label not in labels:
+            continue
         shape = (2, 4, 64, 16, 16) if "3d" in label or "on D" in label else (8, 8, 64, 64)
         x = jax.random.normal(jax.random.key(0), shape)
         spec = P(None, None, A)

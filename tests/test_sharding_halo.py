@@ -56,7 +56,21 @@ SCRIPT = textwrap.dedent("""
             errors[name] = None
         except (ValueError, TypeError) as err:
             errors[name] = f"{type(err).__name__}: {err}"
-    json.dump({"devices": len(jax.devices()), "rows": rows, "errors": errors}, open(out, "w"))
+    jit_rows = halo_check.jit_table(["max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')",
+                                     "pad(x, 3, mode='reflect')"])
+    # the plain-jit wrapper's second derivative: reverse over reverse
+    from jax.sharding import NamedSharding
+    from jaxpool.halo_jit import partitioned
+    pool = partitioned(jaxpool.max_pool2d, 3, 2, 1)
+    rows_sh = NamedSharding(mesh, P(None, None, "a"))
+    x = jax.random.normal(jax.random.key(1), (2, 3, 32, 6))
+    second = jax.jit(jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(pool(u))).sum())(v) ** 2).sum()),
+                     in_shardings=rows_sh, out_shardings=rows_sh)
+    ref = jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(jaxpool.max_pool2d(u, 3, 2, 1))).sum())(v) ** 2).sum())
+    jit_second = {"collectives": halo_check.collectives(second.lower(x).compile().as_text()),
+                  "diff": halo_check._diff(second(x), ref(x))}
+    json.dump({"devices": len(jax.devices()), "rows": rows, "errors": errors,
+               "jit_rows": jit_rows, "jit_second": jit_second}, open(out, "w"))
 """)
 
 
@@ -183,3 +197,23 @@ def test_runs_cover_rows():
     for first, step, count in halo.runs(rows):
         out += [None] * count if first is None else [first + step * i for i in range(count)]
     assert tuple(out) == rows
+
+
+def test_plain_jit_wrapper_exchanges_only_halos(default_check):
+    rows = {r["case"]: r for r in default_check["jit_rows"]}
+    for case in ("max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')"):
+        after = rows[case]["after"]
+        assert set(after["forward"]) == {"collective-permute"}, (case, after)
+        assert after["forward"]["collective-permute"] <= 2, (case, after)
+        assert set(after["gradient"]) == {"collective-permute"}, (case, after)
+        assert after["gradient"]["collective-permute"] <= 4, (case, after)
+        assert after["value_diff"] == 0 and after["grad_diff"] < 1e-5, (case, after)
+        # today's program, for contrast: more than the halo
+        before = rows[case]["before"]
+        assert sum(before["gradient"].values()) > sum(after["gradient"].values()), (case, before)
+    # 70 rows do not divide over 8 devices: a gathered input, the right values
+    fallback = rows["pad(x, 3, mode='reflect')"]["after"]
+    assert "all-gather" in fallback["forward"] and fallback["value_diff"] == 0
+    second = default_check["jit_second"]
+    assert set(second["collectives"]) == {"collective-permute"}
+    assert second["collectives"]["collective-permute"] <= 8 and second["diff"] < 1e-5
