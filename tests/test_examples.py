@@ -109,9 +109,12 @@ def test_torchax_train(tmp_path):
     assert "jitted step" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sharded_volume(tmp_path):
     # 8 host devices (the script asks for them); a short run: the sharded steps must match
     # the unsharded ones, and exchange only halos and the sums of the loss and gradients.
+    # Slow: compiling the U-Net's two training steps costs about 30 s of CPU (the per-device
+    # ops themselves are checked by tests/test_sharding_halo.py in the default run).
     run("sharded_volume.py", "--steps", "2", "--side", "8", out=tmp_path,
         env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     m = metrics(tmp_path, "sharded_volume_metrics.json")
