@@ -12,6 +12,10 @@ Forward mode (``jvp``) is not available through the wrapper (a ``custom_vjp``); 
 itself, unwrapped, keeps it. Where the per-device op cannot hold (an output extent that
 does not divide over the devices, a halo wider than a block), the partitioner is asked for
 an input replicated along that axis: the values stay right, the program gathers.
+
+One batched array in (``[B, C, *spatial]`` or channels last), one out: ``return_indices``
+and ``max_unpool`` are per-device code only. Give the output's sharding (``out_shardings``
+or a constraint): Shardy's rule gives the output's spatial dimensions factors of their own.
 """
 
 from __future__ import annotations
