@@ -26,6 +26,11 @@
    floor, and per cell and mode which of jaxpool's own strategy and ``reduce_window`` is
    faster: the short grid (``--full``: every cell, which takes longer than 8 minutes). It
    starts no new cell once the script's time budget (``--budget-s``) is spent.
+6. Spatially sharded inputs on every device of the machine (``python -m
+   jaxpool.halo_check``): per-device ops (``axis_names=``) against the unsharded call, and
+   the collectives in each compiled program (halos only). Skipped on one device;
+   ``--halo-only`` runs just this section, on CPUs too (with
+   ``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
 
 Every section runs on its own: an error is printed and the next section runs. Without a
 GPU every section says so and is skipped, unless ``--allow-cpu`` (a dry run on the CPU,
@@ -555,6 +560,34 @@ def bench(r: Report, out: str, device: str, grid: str, time_limit_s: float,
             r.tables.append("".join(line for line in f if not line.startswith("![")))
 
 
+def halo_exchange(r: Report, quick: bool) -> bool | None:
+    """``python -m jaxpool.halo_check`` on every device of this machine, in a fresh process:
+    per-device ops on spatially sharded inputs, values and gradients against the unsharded
+    call, and the collectives in each compiled program (halos only). Skipped on one
+    device."""
+    import jax
+
+    n = len(jax.devices())
+    if n < 2:
+        r.say(f"    {n} device: the halo check needs at least 2 (on a CPU, "
+              "XLA_FLAGS=--xla_force_host_platform_device_count=8 shows it)")
+        return None
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "jaxpool.halo_check"] + (["--quick"] if quick else [])
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        r.say(f"    stopped after {CHILD_TIMEOUT_S} s")
+        return None
+    for line in proc.stdout.strip().splitlines():
+        r.say("    " + line)
+    if proc.returncode not in (0, 1):
+        for line in proc.stderr.strip().splitlines()[-8:]:
+            r.say("      " + line[:300])
+    return proc.returncode == 0
+
+
 def section(r: Report, title: str, run) -> tuple[bool, object]:
     """Run one section: (whether it raised, its result). An error is printed, and the
     script goes on to the next section."""
@@ -631,6 +664,8 @@ def main(argv=None) -> int:
                    help="only put this saved gpu-report.md into --markdown (no GPU needed)")
     p.add_argument("--allow-cpu", action="store_true",
                    help="without a GPU, run every section on the CPU (a dry run of this script)")
+    p.add_argument("--halo-only", action="store_true",
+                   help="only the halo-exchange check (section 6); runs on CPUs too")
     p.add_argument("--child", choices=("determinism", "flax-max", "torchax"),
                    help=argparse.SUPPRESS)
     p.add_argument("child_args", nargs="*", help=argparse.SUPPRESS)
@@ -656,6 +691,11 @@ def main(argv=None) -> int:
     r.write()
     if device is None:
         return 2
+    if args.halo_only:
+        raised, ok = section(r, "6. spatially sharded inputs: halo exchange only",
+                             lambda: halo_exchange(r, args.quick))
+        r.write()
+        return 1 if ok is False else 3 if raised else 0
     tmp = os.path.join(args.out, "tmp")
     os.makedirs(tmp, exist_ok=True)
     raised, deterministic = section(r, f"1. jaxpool double backward, twice, XLA_FLAGS={FLAG}",
@@ -676,6 +716,9 @@ def main(argv=None) -> int:
                           f"candidate (new cells for {limit:.0f} s)",
                           lambda: bench(r, args.out, device, grid, limit,
                                         shlex.split(args.bench_args)))[0]
+    raised_halo, halo_ok = section(r, "6. spatially sharded inputs: halo exchange only",
+                                   lambda: halo_exchange(r, args.quick))
+    raised |= raised_halo
     for name in os.listdir(tmp):
         os.remove(os.path.join(tmp, name))
     os.rmdir(tmp)
@@ -684,7 +727,7 @@ def main(argv=None) -> int:
     if args.markdown:
         splice(args.markdown, r.markdown())
     print(f"wrote {os.path.join(args.out, 'gpu-report.md')}")
-    if deterministic is False or torchax_same is False:
+    if deterministic is False or torchax_same is False or halo_ok is False:
         return 1
     return 3 if raised else 0
 

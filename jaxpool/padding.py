@@ -10,17 +10,19 @@ from __future__ import annotations
 from typing import Literal, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _pad
+from jaxpool import _checks, _halo, _pad
 from jaxpool.placement import plan_pad
 
 PadMode = Literal["constant", "reflect", "replicate", "circular"]
 
 
 def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
-        value: float | None = None, *, channels_last: bool = False) -> jax.Array:
+        value: float | None = None, *, channels_last: bool = False,
+        axis_names: Sequence[str | None] | None = None) -> jax.Array:
     """Pad (or, with negative entries, crop) the trailing axes, as
     ``torch.nn.functional.pad``.
 
@@ -50,6 +52,11 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
       mode: ``"constant"``, ``"reflect"``, ``"replicate"`` or ``"circular"``.
       value: the constant (``mode="constant"`` only), cast to ``x``'s dtype as torch does.
       channels_last: the last axis holds channels: pairs start at the axis before it.
+      axis_names: inside ``shard_map``, the mesh axis name of each padded axis, outermost
+        first (None: unsharded); each device pads its block of the output, exchanging
+        only the rows it copies from its neighbours. Under plain ``jit`` a sharded input
+        gets the unsharded program (right values, more collectives) unless wrapped by
+        :func:`jaxpool.halo_jit.partitioned`: see :doc:`scale`.
 
     Returns:
       ``x``'s dtype; each padded axis grows by ``lo + hi``.
@@ -62,6 +69,9 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
     """
     _checks.check_array("pad", x)
     array = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
-    plan = plan_pad(array.shape, pad, mode, value, channels_last)
+    shape = _halo.pad_shape(array.shape, pad, channels_last, axis_names)  # unsharded
+    plan = plan_pad(shape, pad, mode, value, channels_last)
     fill = np.asarray(plan.value).astype(np.dtype(array.dtype))
+    if axis_names is not None:
+        return _halo.pad(_pad.pad, plan, _checks.as_jax(array), jnp.asarray(fill), axis_names)
     return _pad.pad(plan, _checks.as_jax(array), fill)

@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpool import _axis, _checks, _select
+from jaxpool import _axis, _checks, _halo, _select
 from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
                           plan_global, plan_lp_pool, plan_max_pool)
 
 Size = Union[int, Sequence[int]]
 """An int for every spatial axis, or one entry per axis (a 1-sequence is repeated)."""
+AxisNames = Union[Sequence[Union[str, None]], None]
+"""Inside ``jax.shard_map``: one mesh axis name per spatial axis, None where unsharded."""
 OutputSize = Union[int, None, Sequence[Union[int, None]]]
 """An int for every spatial axis, or exactly one entry per axis; ``None`` keeps that
 axis's extent."""
@@ -90,55 +92,84 @@ def _static(op: str, x: ArrayLike):
 
 
 def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-              divisor_override, channels_last) -> jax.Array:
+              divisor_override, channels_last, axis_names=None) -> jax.Array:
     x = _static(op, x)
-    plan = plan_avg_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding,
-                         ceil_mode, count_include_pad, divisor_override, channels_last)
-    return _mean(plan, _checks.as_jax(x))
+    plan = plan_avg_pool(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
+                         kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override, channels_last)
+    return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
-def _adaptive_avg_pool(op, ndim, x, output_size, channels_last) -> jax.Array:
+def _adaptive_avg_pool(op, ndim, x, output_size, channels_last, axis_names=None) -> jax.Array:
     x = _static(op, x)
-    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
-    return _mean(plan, _checks.as_jax(x))
+    plan = plan_adaptive(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
+                         output_size, channels_last)
+    return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
 def _max_pool(op, ndim, x, kernel_size, stride, padding, dilation, ceil_mode,
-              return_indices, channels_last):
+              return_indices, channels_last, axis_names=None):
     x = _static(op, x)
-    plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding, dilation,
-                         ceil_mode, channels_last)
-    return _max(plan, _checks.as_jax(x), _checks.check_bool("return_indices", return_indices))
+    plan = plan_max_pool(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
+                         kernel_size, stride, padding, dilation, ceil_mode, channels_last)
+    return _sharded_max(plan, _checks.as_jax(x),
+                        _checks.check_bool("return_indices", return_indices), axis_names)
 
 
-def _adaptive_max_pool(op, ndim, x, output_size, return_indices, channels_last):
+def _adaptive_max_pool(op, ndim, x, output_size, return_indices, channels_last,
+                       axis_names=None):
     x = _static(op, x)
-    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
-    return _max(plan, _checks.as_jax(x), _checks.check_bool("return_indices", return_indices))
+    plan = plan_adaptive(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
+                         output_size, channels_last)
+    return _sharded_max(plan, _checks.as_jax(x),
+                        _checks.check_bool("return_indices", return_indices), axis_names)
 
 
-def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_last):
+def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_last,
+             axis_names=None):
     x = _static(op, x)
     norm_type = check_norm_type(norm_type)
+    shape = _shape(op, x, ndim, channels_last, axis_names)
     if math.isinf(norm_type):
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
-        plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, 0, 1,
+        plan = plan_max_pool(op, shape, x.dtype, ndim, kernel_size, stride, 0, 1,
                              ceil_mode, channels_last)
         x = _checks.as_jax(x)
         # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
         magnitude = x * jnp.sign(x)
-        return (_max(plan, magnitude, False) if norm_type > 0
-                else -_max(plan, -magnitude, False))
-    plan = plan_lp_pool(op, x.shape, x.dtype, ndim, norm_type, kernel_size, stride,
+        return (_sharded_max(plan, magnitude, False, axis_names) if norm_type > 0
+                else -_sharded_max(plan, -magnitude, False, axis_names))
+    plan = plan_lp_pool(op, shape, x.dtype, ndim, norm_type, kernel_size, stride,
                         ceil_mode, channels_last)
-    return _power_mean(plan, _checks.as_jax(x), norm_type)
+    return _sharded(lambda p, v: _power_mean(p, v, norm_type), plan, _checks.as_jax(x),
+                    axis_names)
+
+
+# --- spatially sharded inputs inside shard_map: the halo exchange (jaxpool._halo) ---------
+
+def _shape(op, x, ndim, channels_last, axis_names):
+    """``x``'s shape; with ``axis_names`` (per-device code), the unsharded array's."""
+    return x.shape if axis_names is None else _halo.pool_shape(op, x.shape, ndim,
+                                                              channels_last, axis_names)
+
+
+def _sharded(fn, plan, x, axis_names):
+    return fn(plan, x) if axis_names is None else _halo.pool(fn, plan, x, axis_names)
+
+
+def _sharded_max(plan, x, return_indices, axis_names):
+    if axis_names is None:
+        return _max(plan, x, return_indices)
+    return _halo.pool(lambda p, v: _max(p, v, return_indices), plan, x, axis_names,
+                      indices=return_indices, reduce="max")
 
 
 # --- the public functions ---------------------------------------------------------------
 
 def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
-               divisor_override: int | None = None, *, channels_last: bool = False
+               divisor_override: int | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                ) -> jax.Array:
     """1d average pooling, as ``torch.nn.functional.avg_pool1d`` (which lacks ``divisor_override``).
 
@@ -151,6 +182,11 @@ def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       count_include_pad: count the padded zeros in each window's divisor.
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -162,11 +198,12 @@ def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (8, 16, 50)
     """
     return _avg_pool("avg_pool1d", 1, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad, divisor_override, channels_last)
+                     count_include_pad, divisor_override, channels_last, axis_names)
 
 def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
-               divisor_override: int | None = None, *, channels_last: bool = False
+               divisor_override: int | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                ) -> jax.Array:
     """2d average pooling, as ``torch.nn.functional.avg_pool2d``.
 
@@ -179,6 +216,11 @@ def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       count_include_pad: count the padded zeros in each window's divisor.
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -190,11 +232,12 @@ def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (8, 16, 16, 16)
     """
     return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad, divisor_override, channels_last)
+                     count_include_pad, divisor_override, channels_last, axis_names)
 
 def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
-               divisor_override: int | None = None, *, channels_last: bool = False
+               divisor_override: int | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                ) -> jax.Array:
     """3d average pooling, as ``torch.nn.functional.avg_pool3d``.
 
@@ -207,6 +250,11 @@ def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       count_include_pad: count the padded zeros in each window's divisor.
       divisor_override: divide every window's sum by this instead.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -218,9 +266,10 @@ def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (2, 16, 4, 16, 16)
     """
     return _avg_pool("avg_pool3d", 3, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad, divisor_override, channels_last)
+                     count_include_pad, divisor_override, channels_last, axis_names)
 
-def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                         ) -> jax.Array:
     """1d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool1d``.
 
@@ -231,6 +280,11 @@ def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -240,9 +294,10 @@ def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       >>> jaxpool.adaptive_avg_pool1d(jnp.ones((8, 16, 100)), 7).shape
       (8, 16, 7)
     """
-    return _adaptive_avg_pool("adaptive_avg_pool1d", 1, x, output_size, channels_last)
+    return _adaptive_avg_pool("adaptive_avg_pool1d", 1, x, output_size, channels_last, axis_names)
 
-def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                         ) -> jax.Array:
     """2d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
 
@@ -253,6 +308,11 @@ def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -262,9 +322,10 @@ def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       >>> jaxpool.adaptive_avg_pool2d(jnp.ones((8, 16, 32, 32)), 7).shape
       (8, 16, 7, 7)
     """
-    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size, channels_last)
+    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size, channels_last, axis_names)
 
-def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False
+def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                         ) -> jax.Array:
     """3d adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool3d``.
 
@@ -275,6 +336,11 @@ def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last:
         Window ``i`` of an extent n pooled to k covers ``[floor(i*n/k), ceil((i+1)*n/k))``:
         ragged and overlapping when k does not divide n, repeating elements when k > n.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -284,23 +350,27 @@ def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       >>> jaxpool.adaptive_avg_pool3d(jnp.ones((2, 16, 8, 32, 32)), 7).shape
       (2, 16, 7, 7, 7)
     """
-    return _adaptive_avg_pool("adaptive_avg_pool3d", 3, x, output_size, channels_last)
+    return _adaptive_avg_pool("adaptive_avg_pool3d", 3, x, output_size, channels_last, axis_names)
 
 @overload
 def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
-               *, channels_last: bool = False) -> jax.Array: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
-               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """1d max pooling, as ``torch.nn.functional.max_pool1d``.
 
     Each window yields the element torch picks: its first maximal element in row-major
@@ -317,6 +387,11 @@ def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       return_indices: also return each picked element's flat index in its input plane
         (``l``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -328,23 +403,27 @@ def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (8, 16, 50)
     """
     return _max_pool("max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode,
-                     return_indices, channels_last)
+                     return_indices, channels_last, axis_names)
 
 @overload
 def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
-               *, channels_last: bool = False) -> jax.Array: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
-               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """2d max pooling, as ``torch.nn.functional.max_pool2d``.
 
     Each window yields the element torch picks: its first maximal element in row-major
@@ -361,6 +440,11 @@ def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       return_indices: also return each picked element's flat index in its input plane
         (``h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -372,23 +456,27 @@ def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (8, 16, 16, 16)
     """
     return _max_pool("max_pool2d", 2, x, kernel_size, stride, padding, dilation, ceil_mode,
-                     return_indices, channels_last)
+                     return_indices, channels_last, axis_names)
 
 @overload
 def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
-               *, channels_last: bool = False) -> jax.Array: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ...,
-               *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
                dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False,
-               *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+               *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """3d max pooling, as ``torch.nn.functional.max_pool3d``.
 
     Each window yields the element torch picks: its first maximal element in row-major
@@ -405,6 +493,11 @@ def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       return_indices: also return each picked element's flat index in its input plane
         (``d*H*W + h*W + w``), torch's indices: int64 under ``jax_enable_x64``, else int32.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -416,19 +509,23 @@ def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       (2, 16, 4, 16, 16)
     """
     return _max_pool("max_pool3d", 3, x, kernel_size, stride, padding, dilation, ceil_mode,
-                     return_indices, channels_last)
+                     return_indices, channels_last, axis_names)
 
 @overload
 def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
-                        *, channels_last: bool = False) -> jax.Array: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
-                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """1d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool1d``.
 
     Windows as :func:`adaptive_avg_pool1d` (ragged ones too), picks as :func:`max_pool1d`.
@@ -440,6 +537,11 @@ def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: b
       return_indices: also return torch's flat per-plane indices of the picked elements
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -450,19 +552,23 @@ def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: b
       (8, 16, 1)
     """
     return _adaptive_max_pool("adaptive_max_pool1d", 1, x, output_size, return_indices,
-                              channels_last)
+                              channels_last, axis_names)
 
 @overload
 def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
-                        *, channels_last: bool = False) -> jax.Array: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
-                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """2d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool2d``.
 
     Windows as :func:`adaptive_avg_pool2d` (ragged ones too), picks as :func:`max_pool2d`.
@@ -474,6 +580,11 @@ def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: b
       return_indices: also return torch's flat per-plane indices of the picked elements
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -484,19 +595,23 @@ def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: b
       (8, 16, 1, 1)
     """
     return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices,
-                              channels_last)
+                              channels_last, axis_names)
 
 @overload
 def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[False] = False,
-                        *, channels_last: bool = False) -> jax.Array: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array: ...
 @overload
 def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
-                        *, channels_last: bool = False) -> tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
 @overload
 def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
 def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                        *, channels_last: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+                        *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """3d adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool3d``.
 
     Windows as :func:`adaptive_avg_pool3d` (ragged ones too), picks as :func:`max_pool3d`.
@@ -508,6 +623,11 @@ def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: b
       return_indices: also return torch's flat per-plane indices of the picked elements
         (int64 under ``jax_enable_x64``, else int32).
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -518,10 +638,11 @@ def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: b
       (2, 16, 1, 1, 1)
     """
     return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, return_indices,
-                              channels_last)
+                              channels_last, axis_names)
 
 def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
-              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+              ceil_mode: bool = False, *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array:
     """1d power-average pooling, as ``torch.nn.functional.lp_pool1d``.
 
     torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
@@ -537,6 +658,11 @@ def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
         means ``kernel_size``).
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool1d` without padding.
@@ -547,10 +673,11 @@ def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       (8, 16, 50)
     """
     return _lp_pool("lp_pool1d", 1, x, norm_type, kernel_size, stride, ceil_mode,
-                    channels_last)
+                    channels_last, axis_names)
 
 def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
-              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+              ceil_mode: bool = False, *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array:
     """2d power-average pooling, as ``torch.nn.functional.lp_pool2d``.
 
     torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
@@ -566,6 +693,11 @@ def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
         means ``kernel_size``).
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool2d` without padding.
@@ -576,10 +708,11 @@ def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       (8, 16, 16, 16)
     """
     return _lp_pool("lp_pool2d", 2, x, norm_type, kernel_size, stride, ceil_mode,
-                    channels_last)
+                    channels_last, axis_names)
 
 def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
-              ceil_mode: bool = False, *, channels_last: bool = False) -> jax.Array:
+              ceil_mode: bool = False, *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array:
     """3d power-average pooling, as ``torch.nn.functional.lp_pool3d``.
 
     torch's definition: ``(sign(s) * relu(|s|)) ** (1/p)`` where ``s`` is the window sum of
@@ -595,6 +728,11 @@ def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
         means ``kernel_size``).
       ceil_mode: round each output extent up.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool3d` without padding.
@@ -605,15 +743,21 @@ def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       (2, 16, 4, 16, 16)
     """
     return _lp_pool("lp_pool3d", 3, x, norm_type, kernel_size, stride, ceil_mode,
-                    channels_last)
+                    channels_last, axis_names)
 
 
-def global_avg_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
+def global_avg_pool(x: ArrayLike, *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array:
     """Mean over the spatial axes of a rank-4 input: ``x.mean((2, 3))`` in torch.
 
     Args:
       x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``[B, C]`` in ``x``'s dtype. float16/bfloat16 accumulate in float32 and round once.
@@ -623,17 +767,27 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
       (8, 512)
     """
     array = _static("global_avg_pool", x)
-    plan = plan_global("global_avg_pool", array.shape, array.dtype, channels_last)
+    plan = plan_global("global_avg_pool", _shape("global_avg_pool", array, 2, channels_last,
+                                                 axis_names), array.dtype, channels_last)
+    if axis_names is not None:  # each device's mean over its block, then one psum
+        return _sharded(_mean, plan, _checks.as_jax(array), axis_names).reshape(
+            plan.output_shape[0], -1)
     return _global_mean(plan, _checks.as_jax(array))
 
 
-def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
+def global_max_pool(x: ArrayLike, *, channels_last: bool = False,
+        axis_names: AxisNames = None) -> jax.Array:
     """Maximum over the spatial axes of a rank-4 input: ``torch.amax(x, (2, 3))``'s values,
     with torch's pick (``adaptive_max_pool2d(x, 1)``) for derivatives.
 
     Args:
       x: ``[B, C, H, W]``; with ``channels_last``, ``[B, H, W, C]``.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``[B, C]`` in ``x``'s dtype.
@@ -643,8 +797,10 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
       (8, 512)
     """
     array = _static("global_max_pool", x)
-    plan = plan_global("global_max_pool", array.shape, array.dtype, channels_last)
-    return _max(plan, _checks.as_jax(array), False).reshape(plan.output_shape[0], -1)
+    plan = plan_global("global_max_pool", _shape("global_max_pool", array, 2, channels_last,
+                                                 axis_names), array.dtype, channels_last)
+    return _sharded_max(plan, _checks.as_jax(array), False, axis_names).reshape(
+        plan.output_shape[0], -1)
 
 
 avg_pool = avg_pool2d
@@ -662,11 +818,17 @@ from jaxpool.placement import UnpoolPlan, plan_max_unpool  # noqa: E402
 
 def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_size: Size,
                 stride: Size | None, padding: Size, output_size: Sequence[int] | None,
-                channels_last: bool) -> jax.Array:
+                channels_last: bool, axis_names=None) -> jax.Array:
     values, index_array = _static(op, x), _static(op, indices)
-    plan = plan_max_unpool(op, values.shape, values.dtype, ndim, kernel_size, stride, padding,
-                           output_size, channels_last, index_array.shape, index_array.dtype)
+    shape = _shape(op, values, ndim, channels_last, axis_names)
+    plan = plan_max_unpool(op, shape, values.dtype, ndim, kernel_size, stride, padding,
+                           output_size, channels_last,
+                           shape if index_array.shape == values.shape else index_array.shape,
+                           index_array.dtype)
     index_array = _checks.as_jax(index_array)
+    if axis_names is not None:  # per-device values and indices (unchecked, as under jit)
+        return _halo.unpool(_unpool.max_unpool, plan, _checks.as_jax(values), index_array,
+                            axis_names)
     if isinstance(index_array, jax.core.Tracer):
         # Traced indices (jit, vmap) cannot be checked: one outside its window is dropped.
         return _unpool.max_unpool(plan, _checks.as_jax(values), index_array)
@@ -692,7 +854,8 @@ def _reject_unplaced(op: str, plan: UnpoolPlan, indices: jax.Array, count: int,
 
 def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
                  stride: Size | None = None, padding: Size = 0,
-                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                  ) -> jax.Array:
     """1d max unpooling, as ``torch.nn.functional.max_unpool1d``: the partial inverse of
     :func:`max_pool1d`.
@@ -716,6 +879,11 @@ def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       output_size: the output's extent, as ``(L,)`` or a whole shape ``(B, C, L)``;
         strictly within one stride of the default.
       channels_last: channels after the spatial axis.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; L becomes ``(L - 1)*stride - 2*padding + kernel_size``, or
@@ -728,12 +896,13 @@ def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       Array([[[0., 1., 0., 3., 0., 5., 0., 7.]]], dtype=float32)
     """
     return _max_unpool("max_unpool1d", 1, x, indices, kernel_size, stride, padding,
-                       output_size, channels_last)
+                       output_size, channels_last, axis_names)
 
 
 def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
                  stride: Size | None = None, padding: Size = 0,
-                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                  ) -> jax.Array:
     """2d max unpooling, as ``torch.nn.functional.max_unpool2d`` (SegNet's decoder): the
     partial inverse of :func:`max_pool2d`.
@@ -759,6 +928,11 @@ def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       output_size: the output's spatial extents ``(H, W)``, or a whole shape
         ``(B, C, H, W)``; each strictly within one stride of the default.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes
@@ -774,12 +948,13 @@ def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
              [ 0., 13.,  0., 15.]], dtype=float32)
     """
     return _max_unpool("max_unpool2d", 2, x, indices, kernel_size, stride, padding,
-                       output_size, channels_last)
+                       output_size, channels_last, axis_names)
 
 
 def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
                  stride: Size | None = None, padding: Size = 0,
-                 output_size: Sequence[int] | None = None, *, channels_last: bool = False
+                 output_size: Sequence[int] | None = None, *, channels_last: bool = False,
+        axis_names: AxisNames = None
                  ) -> jax.Array:
     """3d max unpooling, as ``torch.nn.functional.max_unpool3d``: the partial inverse of
     :func:`max_pool3d`.
@@ -805,6 +980,11 @@ def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       output_size: the output's spatial extents ``(D, H, W)``, or a whole shape; each
         strictly within one stride of the default.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
+        axis, outermost first (None: unsharded): each device exchanges only its halo.
+        Under plain ``jit`` a sharded input gets the unsharded program (right values,
+        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes
@@ -817,4 +997,4 @@ def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       (2, 8, 4, 4, 4)
     """
     return _max_unpool("max_unpool3d", 3, x, indices, kernel_size, stride, padding,
-                       output_size, channels_last)
+                       output_size, channels_last, axis_names)

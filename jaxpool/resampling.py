@@ -14,8 +14,8 @@ from typing import Sequence, Union
 import jax
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _resample
-from jaxpool.pooling import _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from jaxpool import _checks, _halo, _resample
+from jaxpool.pooling import AxisNames, _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
 
 SizeArg = Union[int, Sequence[int], None]
@@ -29,7 +29,7 @@ _AREA = {1: adaptive_avg_pool1d, 2: adaptive_avg_pool2d, 3: adaptive_avg_pool3d}
 def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None,
                 mode: str = "nearest", align_corners: bool | None = None,
                 recompute_scale_factor: bool | None = None, antialias: bool = False, *,
-                channels_last: bool = False) -> jax.Array:
+                channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
     """Resize the spatial axes, as ``torch.nn.functional.interpolate``.
 
     Modes and the ranks they take (as torch's): ``nearest``, ``nearest-exact`` and
@@ -68,6 +68,11 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
         instead of ``1/scale_factor``.
       antialias: ``bilinear`` and ``bicubic`` only.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis,
+        outermost first (None: unsharded): each device exchanges only its halo. Under
+        plain ``jit`` a sharded input gets the unsharded program (right values, more
+        collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
+        :doc:`scale`.
 
     Returns:
       ``x``'s layout and dtype with the new spatial extents. float16/bfloat16 compute in
@@ -78,16 +83,20 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
       (2, 8, 32, 32)
     """
     array = _static("interpolate", x)
-    sizes, plan = plan_interpolate("interpolate", array.shape, array.dtype, size, scale_factor,
+    shape = _halo.resample_shape("interpolate", array.shape, channels_last, axis_names)
+    sizes, plan = plan_interpolate("interpolate", shape, array.dtype, size, scale_factor,
                                    mode, align_corners, recompute_scale_factor, antialias,
                                    channels_last)
     if plan is None:
-        return _AREA[len(sizes)](array, sizes, channels_last=channels_last)
+        return _AREA[len(sizes)](array, sizes, channels_last=channels_last,
+                                 axis_names=axis_names)
+    if axis_names is not None:
+        return _halo.resample(_resample.run, plan, _checks.as_jax(array), axis_names)
     return _resample.run(plan, _checks.as_jax(array))
 
 
 def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
-                     channels_last: bool = False) -> jax.Array:
+                     channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
     """``torch.nn.functional.upsample_nearest``: :func:`interpolate` with ``mode="nearest"``.
 
     Args:
@@ -100,11 +109,13 @@ def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg 
       >>> jaxpool.upsample_nearest(jnp.ones((2, 8, 5)), scale_factor=3).shape
       (2, 8, 15)
     """
-    return interpolate(x, size, scale_factor, "nearest", channels_last=channels_last)
+    return interpolate(x, size, scale_factor, "nearest", channels_last=channels_last,
+                       axis_names=axis_names)
 
 
 def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
-                      channels_last: bool = False) -> jax.Array:
+                      channels_last: bool = False, axis_names: AxisNames = None
+                      ) -> jax.Array:
     """``torch.nn.functional.upsample_bilinear``: :func:`interpolate` with
     ``mode="bilinear"`` and ``align_corners=True``.
 
@@ -119,11 +130,12 @@ def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg
       >>> jaxpool.upsample_bilinear(jnp.ones((2, 8, 5, 5)), size=9).shape
       (2, 8, 9, 9)
     """
-    return interpolate(x, size, scale_factor, "bilinear", True, channels_last=channels_last)
+    return interpolate(x, size, scale_factor, "bilinear", True, channels_last=channels_last,
+                       axis_names=axis_names)
 
 
-def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = False
-                  ) -> jax.Array:
+def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = False,
+                  axis_names: AxisNames = None) -> jax.Array:
     """Move channels into space, as ``torch.nn.functional.pixel_shuffle``.
 
     ``[*, C*r*r, H, W] -> [*, C, H*r, W*r]`` with ``r = upscale_factor``: channel
@@ -135,6 +147,8 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
         ``[*, H, W, C*r*r]``.
       upscale_factor: ``r``, a positive int.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis
+        (H, W; None: unsharded): each device shuffles its own block, no exchange.
 
     Returns:
       ``[*, C, H*r, W*r]`` (``[*, H*r, W*r, C]``) in ``x``'s dtype, every value copied.
@@ -146,11 +160,12 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
     array = _static("pixel_shuffle", x)
     r, _ = plan_pixel_shuffle("pixel_shuffle", array.shape, upscale_factor, channels_last,
                               inverse=False)
+    _halo.check_shuffle("pixel_shuffle", array.shape, channels_last, axis_names, r, False)
     return _shuffle(_checks.as_jax(array), r, bool(channels_last))
 
 
-def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False
-                    ) -> jax.Array:
+def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False,
+                    axis_names: AxisNames = None) -> jax.Array:
     """Move space into channels, as ``torch.nn.functional.pixel_unshuffle``, the inverse
     of :func:`pixel_shuffle`.
 
@@ -159,6 +174,9 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
         ``[*, H*r, W*r, C]``.
       downscale_factor: ``r``, a positive int.
       channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis
+        (H, W; None: unsharded): each device unshuffles its own block (of a multiple of
+        ``r`` rows), no exchange.
 
     Returns:
       ``[*, C*r*r, H, W]`` (``[*, H, W, C*r*r]``) in ``x``'s dtype, every value copied.
@@ -170,6 +188,7 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
     array = _static("pixel_unshuffle", x)
     r, _ = plan_pixel_shuffle("pixel_unshuffle", array.shape, downscale_factor, channels_last,
                               inverse=True)
+    _halo.check_shuffle("pixel_unshuffle", array.shape, channels_last, axis_names, r, True)
     return _unshuffle(_checks.as_jax(array), r, bool(channels_last))
 
 

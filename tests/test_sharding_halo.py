@@ -1,0 +1,219 @@
+"""Spatially sharded inputs inside ``shard_map`` (``axis_names=``): values and gradients
+equal the unsharded call's, and the compiled programs exchange only halos.
+
+Eight host devices are fixed when JAX starts, so the sharded checks run in a subprocess
+with XLA_FLAGS set (``python -m jaxpool.halo_check``'s cases); the halo arithmetic is
+plain Python and is tested here directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jaxpool import halo
+from jaxpool.sampling import axis_sampling
+from jaxpool.windows import adaptive_plan, avg_pool_plan, max_pool_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A few cases in the default run (compiling sharded programs costs seconds each on a
+# shared CPU); every case, both layouts, under -m slow.
+DEFAULT = ("max_pool2d 3/2/1", "adaptive_avg_pool2d 32 -> 24 (ragged)", "global_max_pool",
+           "interpolate bilinear x2", "pad reflect", "max_unpool1d 3/2/1, output 32")
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+    import jaxpool
+    from jaxpool import halo_check
+
+    labels, layouts, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    cases = [c for c in halo_check.CASES if labels is None or c[0] in labels]
+    rows = halo_check.run(cases, layouts=tuple(layouts))
+    mesh = Mesh(np.array(jax.devices()), ("a",))
+    errors = {}
+    for name, fn, shape in [
+        ("output does not divide", lambda v: jaxpool.avg_pool2d(v, 3, 2, axis_names=("a", None)),
+         (1, 1, 32, 4)),
+        ("halo wider than a block", lambda v: jaxpool.avg_pool1d(v, 11, 1, 5, axis_names=("a",)),
+         (1, 1, 32)),
+        ("not a mesh axis", lambda v: jaxpool.max_pool1d(v, 2, axis_names=("h",)), (1, 1, 32)),
+        ("one name per axis", lambda v: jaxpool.interpolate(v, scale_factor=2, axis_names=("a",)),
+         (1, 1, 32, 4)),
+    ]:
+        f = jax.shard_map(fn, mesh=mesh, in_specs=P(None, None, "a"), out_specs=P(None, None, "a"),
+                          check_vma=False)
+        try:
+            jax.eval_shape(f, jnp.zeros(shape))
+            errors[name] = None
+        except (ValueError, TypeError) as err:
+            errors[name] = f"{type(err).__name__}: {err}"
+    jit_rows = halo_check.jit_table(["max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')",
+                                     "pad(x, 3, mode='reflect')"])
+    # the plain-jit wrapper's second derivative: reverse over reverse
+    from jax.sharding import NamedSharding
+    from jaxpool.halo_jit import partitioned
+    pool = partitioned(jaxpool.max_pool2d, 3, 2, 1)
+    rows_sh = NamedSharding(mesh, P(None, None, "a"))
+    x = jax.random.normal(jax.random.key(1), (2, 3, 32, 6))
+    second = jax.jit(jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(pool(u))).sum())(v) ** 2).sum()),
+                     in_shardings=rows_sh, out_shardings=rows_sh)
+    ref = jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(jaxpool.max_pool2d(u, 3, 2, 1))).sum())(v) ** 2).sum())
+    jit_second = {"collectives": halo_check.collectives(second.lower(x).compile().as_text()),
+                  "diff": halo_check._diff(second(x), ref(x))}
+    json.dump({"devices": len(jax.devices()), "rows": rows, "errors": errors,
+               "jit_rows": jit_rows, "jit_second": jit_second}, open(out, "w"))
+""")
+
+
+def _run(tmp_path, labels, layouts) -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = tmp_path / "halo.json"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(labels), json.dumps(layouts),
+                           str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1800)
+    assert out.exists(), f"the sharded check wrote nothing:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def default_check(tmp_path_factory) -> dict:
+    return _run(tmp_path_factory.mktemp("halo"), list(DEFAULT), [False])
+
+
+def _check_rows(rows):
+    from jaxpool.halo_check import within_bound
+    bad = []
+    for r in rows:
+        copies = any(w in r["case"] for w in ("max", "nearest", "pad", "unpool", "shuffle"))
+        if copies and not r["values_equal"]:
+            bad.append(f"{r['case']} [{r['layout']}]: values differ by {r['value_diff']:.2e}")
+        if r["value_diff"] > 1e-5 * max(1.0, r["value_scale"]):
+            bad.append(f"{r['case']} [{r['layout']}]: values differ by {r['value_diff']:.2e}")
+        if r["grad_diff"] > 1e-5 * max(1.0, r["grad_scale"]):
+            bad.append(f"{r['case']} [{r['layout']}]: gradients differ by {r['grad_diff']:.2e}")
+        if not within_bound(r):
+            bad.append(f"{r['case']} [{r['layout']}]: forward {r['forward']}, gradient "
+                       f"{r['gradient']}, second {r.get('second')}")
+        if r["gather_in_gradient"] or r.get("gather_in_second"):
+            bad.append(f"{r['case']} [{r['layout']}]: {r['gather_in_gradient']} in a derivative")
+    return bad
+
+
+def test_sharded_values_derivatives_and_collectives(default_check):
+    assert default_check["devices"] == 8
+    rows = default_check["rows"]
+    assert {r["case"] for r in rows} == set(DEFAULT)
+    assert not _check_rows(rows), "\n".join(_check_rows(rows))
+    # The search must find the exchanges that are there: one halo each way (bilinear x2
+    # reads a row of each neighbour) and one reduction.
+    by_case = {r["case"]: r for r in rows}
+    assert by_case["interpolate bilinear x2"]["forward"] == {"collective-permute": 2}
+    assert by_case["max_pool2d 3/2/1"]["forward"] == {"collective-permute": 1}
+    assert set(by_case["global_max_pool"]["forward"]) == {"all-reduce"}
+    assert "second" in by_case["max_pool2d 3/2/1"]
+
+
+def test_bad_sharding_raises_naming_the_argument(default_check):
+    errors = default_check["errors"]
+    assert "does not divide" in errors["output does not divide"]
+    assert "axis_names" in errors["output does not divide"]
+    assert "neighbour" in errors["halo wider than a block"]
+    assert "'h' is not a mesh axis" in errors["not a mesh axis"]
+    assert "2 entries" in errors["one name per axis"]
+
+
+@pytest.mark.slow
+def test_every_case_both_layouts(tmp_path):
+    result = _run(tmp_path, None, [False, True])
+    assert not _check_rows(result["rows"]), "\n".join(_check_rows(result["rows"]))
+
+
+# --- the halo arithmetic, plain Python --------------------------------------------------
+
+def test_pool_halo_reads_one_row_of_the_previous_block():
+    plan = avg_pool_plan(64, 3, 2, 1, False, True)
+    h = halo.pool_halo("h", plan, 8)
+    assert (h.left, h.right, h.block, h.out_block) == (1, 0, 8, 4)
+    # the first device's window 0 starts in the padding: its kept rows start at its block
+    assert h.kept(0) == (1, 9) and h.kept(3) == (0, 9)
+    first, inner = halo.local_pool_axis(plan, h, 0), halo.local_pool_axis(plan, h, 3)
+    assert first.pad_lo == 1 and inner.pad_lo == 0
+    assert inner.starts == (0, 2, 4, 6) and inner.divisors == (3,) * 4
+
+
+def test_ragged_adaptive_windows_repeat_per_device():
+    plan = adaptive_plan(64, 24)
+    h = halo.pool_halo("h", plan, 8)
+    assert (h.left, h.right) == (0, 0)
+    assert len({halo.local_pool_axis(plan, h, s) for s in range(8)}) == 1
+    with pytest.raises(ValueError, match="output extent 7 .* 'h' does not divide"):
+        halo.pool_halo("h", adaptive_plan(64, 7), 8)
+
+
+def test_max_pool_halo_and_too_wide():
+    h = halo.pool_halo("w", max_pool_plan(32, 3, 1, 1, 1, False), 8)
+    assert (h.left, h.right) == (1, 1)
+    with pytest.raises(ValueError, match="more than the 4 rows"):
+        halo.pool_halo("w", avg_pool_plan(32, 11, 1, 5, False, True), 8)
+
+
+def test_bilinear_halo_each_way():
+    plan = axis_sampling("bilinear", 32, 64, False, 2.0, "float32", False, 2)
+    h = halo.sampling_halo("h", plan, 8)
+    assert (h.left, h.right) == (1, 1)
+    local = halo.local_sampling(plan, h, 3)
+    assert local.in_size == 6 and local.out_size == 8
+    assert min(min(t) for t in local.taps) >= 0 and max(max(t) for t in local.taps) < 6
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+def test_pad_rows_match_numpy(mode):
+    import numpy as np
+    n, lo, hi = 8, 3, 2
+    rows = halo.pad_rows(mode, n, lo, hi)
+    x = np.arange(n)
+    numpy_mode = {"replicate": "edge", "circular": "wrap"}.get(mode, mode)
+    want = (np.pad(x, (lo, hi), constant_values=-1) if mode == "constant"
+            else np.pad(x, (lo, hi), mode=numpy_mode))
+    got = [-1 if r is None else x[r % n] for r in rows]
+    assert got == list(want)
+
+
+def test_runs_cover_rows():
+    rows = (3, 2, 1, 0, 1, 2, None, None, 5)
+    out = []
+    for first, step, count in halo.runs(rows):
+        out += [None] * count if first is None else [first + step * i for i in range(count)]
+    assert tuple(out) == rows
+
+
+def test_plain_jit_wrapper_exchanges_only_halos(default_check):
+    rows = {r["case"]: r for r in default_check["jit_rows"]}
+    for case in ("max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')"):
+        after = rows[case]["after"]
+        assert set(after["forward"]) == {"collective-permute"}, (case, after)
+        assert after["forward"]["collective-permute"] <= 2, (case, after)
+        assert set(after["gradient"]) == {"collective-permute"}, (case, after)
+        assert after["gradient"]["collective-permute"] <= 4, (case, after)
+        assert after["value_diff"] == 0 and after["grad_diff"] < 1e-5, (case, after)
+        # today's program, for contrast: more than the halo
+        before = rows[case]["before"]
+        assert sum(before["gradient"].values()) > sum(after["gradient"].values()), (case, before)
+    # 70 rows do not divide over 8 devices: a gathered input, the right values
+    fallback = rows["pad(x, 3, mode='reflect')"]["after"]
+    assert "all-gather" in fallback["forward"] and fallback["value_diff"] == 0
+    second = default_check["jit_second"]
+    assert set(second["collectives"]) == {"collective-permute"}
+    assert second["collectives"]["collective-permute"] <= 8 and second["diff"] < 1e-5
