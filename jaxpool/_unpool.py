@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxpool._eager import eager_programs
 from jaxpool.placement import UnpoolPlan
 from jaxpool.windows import window_families
 
@@ -52,7 +53,7 @@ def _tap_masks(plan: UnpoolPlan, indices: jax.Array) -> dict:
     return masks
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@eager_programs(static_argnums=0)
 def max_unpool(plan: UnpoolPlan, x: jax.Array, indices: jax.Array) -> jax.Array:
     """torch's output: zeros, and each value at the element its index names."""
     if plan.strategy == "interleave":
@@ -183,7 +184,7 @@ def _unplaced(plan: UnpoolPlan, indices: jax.Array) -> jax.Array:
     return ~functools.reduce(jnp.logical_or, _tap_masks(plan, indices).values())
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@eager_programs(static_argnums=0)
 def _placed_and_unplaced(plan: UnpoolPlan, x: jax.Array, indices: jax.Array):
     return max_unpool(plan, x, indices), jnp.sum(_unplaced(plan, indices), dtype=jnp.int32)
 

@@ -14,6 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import _checks, _pad
+from jaxpool._eager import dispatch
 from jaxpool.placement import plan_pad
 
 PadMode = Literal["constant", "reflect", "replicate", "circular"]
@@ -64,4 +65,9 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
     array = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
     plan = plan_pad(array.shape, pad, mode, value, channels_last)
     fill = np.asarray(plan.value).astype(np.dtype(array.dtype))
-    return _pad.pad(plan, _checks.as_jax(array), fill)
+    return _program(plan, _checks.as_jax(array), fill)
+
+
+# The op's program; under one eagerly called jax.grad, a forward and a backward program
+# (jaxpool._eager).
+_program = dispatch(_pad.pad, static_argnums=0)

@@ -21,6 +21,8 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import _axis, _checks, _select
+from jaxpool._eager import eager_programs
+from jaxpool.strategy_table import current_backend
 from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
                           plan_global, plan_lp_pool, plan_max_pool)
 
@@ -38,7 +40,7 @@ def _compute_dtype(dtype):
     return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@eager_programs(static_argnums=0)
 def _mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = _axis.window_sums(x.astype(_compute_dtype(dtype)), plan)
@@ -56,13 +58,13 @@ def _divisor(plan: PoolPlan, rank: int, dtype):
     return jnp.asarray(divisor.reshape(shape), dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
+@eager_programs(static_argnums=(0, 2))
 def _max(plan: PoolPlan, x: jax.Array, return_indices: bool):
     values, indices = _select.window_max(x, plan, return_indices)
     return (values, indices) if return_indices else values
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
+@eager_programs(static_argnums=(0, 2))
 def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     # torch: avg_pool(x**p) * prod(kernel), its sign times relu of its magnitude, ** (1/p).
     dtype = x.dtype
@@ -75,7 +77,20 @@ def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     return (total ** (1.0 / norm_type)).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@eager_programs(static_argnums=(0, 2))
+def _max_magnitude(plan: PoolPlan, x: jax.Array, positive: bool) -> jax.Array:
+    # torch's lp_pool with p = +-inf: max pooling of |x|, or minus max pooling of -|x|;
+    # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
+    magnitude = x * jnp.sign(x)
+    return _max(plan, magnitude, False) if positive else -_max(plan, -magnitude, False)
+
+
+@eager_programs(static_argnums=0)
+def _global_max(plan: PoolPlan, x: jax.Array) -> jax.Array:
+    return _max(plan, x, False).reshape(plan.output_shape[0], -1)
+
+
+@eager_programs(static_argnums=0)
 def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
@@ -93,13 +108,15 @@ def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_includ
               divisor_override, channels_last) -> jax.Array:
     x = _static(op, x)
     plan = plan_avg_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, padding,
-                         ceil_mode, count_include_pad, divisor_override, channels_last)
+                         ceil_mode, count_include_pad, divisor_override, channels_last,
+                         current_backend())
     return _mean(plan, _checks.as_jax(x))
 
 
 def _adaptive_avg_pool(op, ndim, x, output_size, channels_last) -> jax.Array:
     x = _static(op, x)
-    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last)
+    plan = plan_adaptive(op, x.shape, x.dtype, ndim, output_size, channels_last,
+                         current_backend())
     return _mean(plan, _checks.as_jax(x))
 
 
@@ -124,13 +141,9 @@ def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_la
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
         plan = plan_max_pool(op, x.shape, x.dtype, ndim, kernel_size, stride, 0, 1,
                              ceil_mode, channels_last)
-        x = _checks.as_jax(x)
-        # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
-        magnitude = x * jnp.sign(x)
-        return (_max(plan, magnitude, False) if norm_type > 0
-                else -_max(plan, -magnitude, False))
+        return _max_magnitude(plan, _checks.as_jax(x), norm_type > 0)
     plan = plan_lp_pool(op, x.shape, x.dtype, ndim, norm_type, kernel_size, stride,
-                        ceil_mode, channels_last)
+                        ceil_mode, channels_last, current_backend())
     return _power_mean(plan, _checks.as_jax(x), norm_type)
 
 
@@ -644,7 +657,7 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False) -> jax.Array:
     """
     array = _static("global_max_pool", x)
     plan = plan_global("global_max_pool", array.shape, array.dtype, channels_last)
-    return _max(plan, _checks.as_jax(array), False).reshape(plan.output_shape[0], -1)
+    return _global_max(plan, _checks.as_jax(array))
 
 
 avg_pool = avg_pool2d

@@ -15,6 +15,8 @@ import jax
 from jax.typing import ArrayLike
 
 from jaxpool import _checks, _resample
+from jaxpool._eager import dispatch
+from jaxpool.strategy_table import current_backend
 from jaxpool.pooling import _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
 
@@ -80,10 +82,10 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
     array = _static("interpolate", x)
     sizes, plan = plan_interpolate("interpolate", array.shape, array.dtype, size, scale_factor,
                                    mode, align_corners, recompute_scale_factor, antialias,
-                                   channels_last)
+                                   channels_last, current_backend())
     if plan is None:
         return _AREA[len(sizes)](array, sizes, channels_last=channels_last)
-    return _resample.run(plan, _checks.as_jax(array))
+    return _run(plan, _checks.as_jax(array))
 
 
 def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
@@ -173,5 +175,8 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
     return _unshuffle(_checks.as_jax(array), r, bool(channels_last))
 
 
-_shuffle = jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2))
-_unshuffle = jax.jit(_resample.pixel_unshuffle, static_argnums=(1, 2))
+# Each op's program (one per plan, shape and dtype); under one eagerly called jax.grad,
+# a forward and a backward program (jaxpool._eager).
+_run = dispatch(_resample.run, static_argnums=0)
+_shuffle = dispatch(jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2)), (1, 2))
+_unshuffle = dispatch(jax.jit(_resample.pixel_unshuffle, static_argnums=(1, 2)), (1, 2))
