@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from benchmarks.report import markers, splice
-from benchmarks.runner import Device, measure
+from benchmarks.runner import Device, measure, summarize
 
 MODES = ("fwd", "grad", "vjp")
 SIDES = ("jaxpool", "linearized", "jit", "jax floor", "torch", "torch-1t")
@@ -74,6 +74,9 @@ def _ops(cell: Cell, x64: np.ndarray):
     import jaxpool
 
     scope = {"jaxpool": jaxpool, "F": F}
+    # compiled once: an eval of the text would cost each eager call its parsing
+    jax_code = compile(cell.jax_op, cell.name, "eval")
+    torch_code = compile(cell.torch_op, cell.name, "eval")
     if "indices" in cell.jax_op:
         # each value's index: a random element of its own 2x2 window, as a max pool's
         n, c, h, w = x64.shape
@@ -82,10 +85,10 @@ def _ops(cell: Cell, x64: np.ndarray):
         cols = 2 * np.arange(w)[None, :] + rng.integers(0, 2, (n, c, h, w))
         flat = rows * (2 * w) + cols
         jax_indices, torch_indices = jnp.asarray(flat, jnp.int32), torch.from_numpy(flat)
-        return (lambda x: eval(cell.jax_op, dict(scope, x=x, indices=jax_indices)),
-                lambda x: eval(cell.torch_op, dict(scope, x=x, indices=torch_indices)))
-    return (lambda x: eval(cell.jax_op, dict(scope, x=x)),
-            lambda x: eval(cell.torch_op, dict(scope, x=x)))
+        return (lambda x: eval(jax_code, dict(scope, x=x, indices=jax_indices)),
+                lambda x: eval(torch_code, dict(scope, x=x, indices=torch_indices)))
+    return (lambda x: eval(jax_code, dict(scope, x=x)),
+            lambda x: eval(torch_code, dict(scope, x=x)))
 
 
 def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
@@ -168,7 +171,24 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
     return fns, results
 
 
-def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device) -> list[dict]:
+def _cpu_times(fns: dict, reps: int, inner: int = 20) -> dict:
+    """CPU seconds of this process per call (all its threads), interleaved as ``measure``:
+    on a machine shared with other work, what the call itself costs."""
+    samples: dict = {name: [] for name in fns}
+    names = list(fns)
+    for f in fns.values():
+        f()
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.process_time()
+            for _ in range(inner):
+                fns[name]()
+            samples[name].append((time.process_time() - t0) / inner)
+    return {name: summarize(s, inner) for name, s in samples.items()}
+
+
+def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
+             clock: str = "wall") -> list[dict]:
     rows = []
     for mode in MODES:
         fns, results = _sides(cell, mode, device)
@@ -181,7 +201,7 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device) -> list
         for name in ("jaxpool", "linearized"):
             if results[name].tobytes() != results["jit"].tobytes():
                 raise AssertionError(f"{cell.name} {mode}: {name} is not the jitted bits")
-        timed = measure(fns, reps, min_sample_s)
+        timed = measure(fns, reps, min_sample_s) if clock == "wall" else _cpu_times(fns, reps)
         rows.append({"cell": cell.name, "mode": mode,
                      "ms": {k: v["median_ms"] for k, v in timed.items()},
                      "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()}})
@@ -192,8 +212,9 @@ def _fmt(ms: float) -> str:
     return f"{ms:.3g}"
 
 
-def table(rows: list[dict], device: Device) -> str:
-    lines = [f"Median ms per call of interleaved samples (± half the interquartile range), "
+def table(rows: list[dict], device: Device, clock: str = "wall") -> str:
+    what = "ms per call" if clock == "wall" else "CPU ms of the process per call"
+    lines = [f"Median {what} of interleaved samples (± half the interquartile range), "
              f"float32, {device.in_words()}",
              "",
              "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / torch | jaxpool / jit | "
@@ -219,6 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-sample-s", type=float, default=0.02,
                         help="each sample repeats the call until it lasts this long")
     parser.add_argument("--cells", default="", help="comma-separated cell numbers (from 0)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or this process's CPU time (a shared machine)")
     parser.add_argument("--markdown", help="also splice the table into this file")
     parser.add_argument("--section", default="eager", help="the markdown section's name")
     args = parser.parse_args(argv)
@@ -227,9 +250,9 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     rows = []
     for cell in cells:
-        rows += run_cell(cell, args.reps, args.min_sample_s, device)
+        rows += run_cell(cell, args.reps, args.min_sample_s, device, args.clock)
         print(f"  {cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    text = table(rows, device)
+    text = table(rows, device, args.clock)
     print(text)
     if args.markdown:
         splice(args.markdown, text, *markers(args.section))

@@ -136,21 +136,21 @@ def test_pad_values_of_either_zero_sign_are_torchs_after_one_another():
 
 # --- eager gradients as two programs: the jitted bits, and nothing else changes ---------
 
-_X = (2, 3, 12, 11)
+_X = (1, 2, 8, 7)
 # name -> (op of one array, input shape); the eager programs' every kind (jaxpool._eager)
 EVERY_OP = {
     "avg_pool2d": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1), _X),
     "adaptive_avg_pool2d": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), _X),
     "max_pool2d indices": (lambda x: jaxpool.max_pool2d(x, 2, return_indices=True), _X),
-    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, (5, 4)), _X),
+    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, (5, 3)), _X),
     "lp_pool2d": (lambda x: jaxpool.lp_pool2d(x, 2, 3), _X),
     "lp_pool2d inf": (lambda x: jaxpool.lp_pool2d(x, float("inf"), 3), _X),
     "global_avg_pool": (jaxpool.global_avg_pool, _X),
     "global_max_pool": (jaxpool.global_max_pool, _X),
     "bilinear": (lambda x: jaxpool.interpolate(x, scale_factor=2, mode="bilinear"), _X),
-    "nearest": (lambda x: jaxpool.interpolate(x, size=(19, 5)), _X),
-    "bicubic": (lambda x: jaxpool.interpolate(x, size=(7, 17), mode="bicubic"), _X),
-    "area": (lambda x: jaxpool.interpolate(x, size=(5, 4), mode="area"), _X),
+    "nearest": (lambda x: jaxpool.interpolate(x, size=(13, 5)), _X),
+    "bicubic": (lambda x: jaxpool.interpolate(x, size=(5, 17), mode="bicubic"), _X),
+    "area": (lambda x: jaxpool.interpolate(x, size=(5, 3), mode="area"), _X),
     "trilinear": (lambda x: jaxpool.interpolate(x, scale_factor=1.5, mode="trilinear"),
                   (1, 2, 6, 5, 4)),
     "pad reflect": (lambda x: jaxpool.pad(x, (3, 2, 1, 3), "reflect"), _X),
@@ -158,11 +158,10 @@ EVERY_OP = {
     "pixel_shuffle": (lambda x: jaxpool.pixel_shuffle(x, 2), (2, 8, 5, 6)),
     "pixel_unshuffle": (lambda x: jaxpool.pixel_unshuffle(x, 2), (2, 2, 6, 4)),
     "max_unpool2d": (lambda x: jaxpool.max_unpool2d(
-        x, jnp.asarray(np.arange(6)[:, None] * 22 + np.arange(5) * 2 + 1, jnp.int32)
-        * jnp.ones((2, 3, 1, 1), jnp.int32), 2, output_size=(12, 11)), (2, 3, 6, 5)),
+        x, jnp.asarray(np.arange(4)[:, None] * 14 + np.arange(3) * 2 + 1, jnp.int32)
+        * jnp.ones((1, 2, 1, 1), jnp.int32), 2, output_size=(8, 7)), (1, 2, 4, 3)),
 }
-EAGER_DEFAULT = ("max_pool2d indices", "lp_pool2d", "bilinear", "pad reflect",
-                 "pixel_shuffle", "max_unpool2d")
+EAGER_DEFAULT = ("max_pool2d indices", "bilinear", "pad reflect", "max_unpool2d")
 
 
 def _first(out):
@@ -212,7 +211,7 @@ def test_one_eager_gradient_runs_two_programs(monkeypatch, rng):
     transposed = _eager._transposed
     monkeypatch.setattr(_eager, "_transposed", lambda *a: calls.append(a) or transposed(*a))
     x = jnp.asarray(rng.standard_normal(_X), jnp.float32)
-    grad = jax.grad(lambda a: jnp.sum(jaxpool.max_pool2d(a, 3, 2, 1) ** 2))
+    grad = jax.grad(lambda a: jnp.sum(jaxpool.max_pool2d(a, 2) ** 2))
     with _eager.linearized_by_jax():
         before = grad(x)
     assert not calls
@@ -220,11 +219,15 @@ def test_one_eager_gradient_runs_two_programs(monkeypatch, rng):
     assert len(calls) == 1 and np.asarray(before).tobytes() == np.asarray(after).tobytes()
     # not under any other transform: jvp, vmap, jit, a second order
     calls.clear()
-    jax.jvp(grad, (x,), (x,))
-    jax.vmap(grad)(x[None])
-    jax.jit(grad)(x)
-    jax.grad(lambda a: jnp.sum(grad(a) ** 2))(x)
-    assert not calls
+    small = jax.grad(lambda a: jnp.sum(jaxpool.avg_pool2d(a, 2) ** 2))
+    x = x[:, :1, :4, :4]
+    small(x)
+    assert len(calls) == 1
+    jax.jvp(small, (x,), (x,))
+    jax.vmap(small)(x[None])
+    jax.jit(small)(x)
+    jax.grad(lambda a: jnp.sum(small(a) ** 2))(x)
+    assert len(calls) == 1
 
 
 def test_the_eager_path_changes_no_program_under_a_transform():

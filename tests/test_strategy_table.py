@@ -88,7 +88,12 @@ def test_the_spread_takes_other_strategies_on_the_gpu():
         assert gpu[name].strategies != cpu[name].strategies, name
 
 
-@pytest.mark.parametrize("name", SPREAD + list(OTHERS))
+TABLE_DEFAULT = ("taps", "sums up + blocks channels-last", "matrix equal windows", "lp_pool2d",
+                 "area")
+
+
+@pytest.mark.parametrize("name", [n if n in TABLE_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in SPREAD + list(OTHERS)])
 def test_the_gpu_table_on_the_cpu_is_torchs(name, rng):
     pool, shape, reference = _case(name)
     x = rng.standard_normal(shape)
