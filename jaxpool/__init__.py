@@ -1,7 +1,7 @@
 """jaxpool: torch's pooling, resampling and padding for JAX, exact, deterministic and
 scatter-free to any derivative order."""
 
-from jaxpool import shapes, strategy_table
+from jaxpool import shapes, strategy_table  # noqa: F401 (jaxpool.strategy_table.use_backend)
 from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
                          adaptive_avg_pool3d, adaptive_max_pool, adaptive_max_pool1d,
                          adaptive_max_pool2d, adaptive_max_pool3d, avg_pool, avg_pool1d,
@@ -19,7 +19,7 @@ __all__ = [
     "adaptive_max_pool", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
     "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d", "global_avg_pool",
     "global_max_pool", "lp_pool", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool",
-    "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "strategy_table", "linen", "nnx",
+    "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx",
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad",
 ]
