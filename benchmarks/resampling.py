@@ -83,8 +83,8 @@ def forced(strategy: str | None):
         return
     original = sampling.choose_sampling_strategy
 
-    def choose(plan):
-        chosen = original(plan)
+    def choose(plan, backend="cpu"):
+        chosen = original(plan, backend)
         if chosen in ("phases", "selections", "window-sums", "matrix") and not plan.copies:
             if strategy == "phases" and plan.phases() is None:
                 return chosen

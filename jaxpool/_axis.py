@@ -88,7 +88,8 @@ def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
         return _repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "matrix":
         return _matmul_keeping_nonfinite(x, axis, window_matrix(plan))
-    return {"sums": _sums, "blocks": _blocks, "taps": _taps}[strategy](x, axis, plan)
+    return {"sums": _sums, "blocks": _blocks, "taps": _taps,
+            "reduce_window": _reduce_window_sums}[strategy](x, axis, plan)
 
 
 def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:

@@ -15,18 +15,25 @@ F = TypeVar("F", bound=Callable)
 _PLAIN = (bool, int, float, str, type(None), np.dtype, np.generic)
 
 
+_SIMPLE = frozenset({int, str, bool, type(None)})
+
+
 def _key(value):
     """A hashable key that tells apart what the plan could: the type of every leaf (2 and
     2.0 and True), a zero's sign (a pad value of -0.0); None for anything else (an
-    array, a tracer), which is not remembered."""
-    if isinstance(value, (tuple, list)):
-        keys = tuple(_key(v) for v in value)
-        return None if None in keys else (type(value), keys)
-    if not isinstance(value, _PLAIN):
-        return None
-    if isinstance(value, (float, np.floating)):
-        return (type(value), value, math.copysign(1.0, value))
-    return (type(value), value)
+    array, a tracer), which is not remembered. (Exact types first: this runs on every
+    eager call.)"""
+    kind = type(value)
+    if kind in _SIMPLE:
+        return (kind, value)
+    if kind is tuple or kind is list:
+        keys = tuple(map(_key, value))
+        return None if None in keys else (kind, keys)
+    if kind is float or isinstance(value, np.floating):
+        return (kind, value, math.copysign(1.0, value))
+    if isinstance(value, _PLAIN):
+        return (kind, value)
+    return None
 
 
 def memoized_plan(plan: F, size: int = 4096) -> F:

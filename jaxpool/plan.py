@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jaxpool import _checks
+from jaxpool import _checks, strategy_table
 from jaxpool._memo import memoized_plan
 from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
                              max_pool_plan)
@@ -25,13 +25,15 @@ class PoolPlan:
 
     ``elementwise_cotangent``: the pooled sums feed an elementwise chain inside the op
     (LP pooling's power and root), which reverse mode runs on the cotangent before the
-    pooling's own transpose (see :func:`~jaxpool.windows.choose_tangent`)."""
+    pooling's own transpose (see :func:`~jaxpool.windows.choose_tangent`). ``backend``:
+    whose strategies the op takes (:mod:`jaxpool.strategy_table`)."""
 
     input_shape: tuple[int, ...]
     spatial_axes: tuple[int, ...]
     axes: tuple[AxisPlan, ...]
     divisor_override: int | None = None
     elementwise_cotangent: bool = False
+    backend: str = "cpu"
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -40,12 +42,14 @@ class PoolPlan:
     @property
     def strategies(self) -> tuple[str, ...]:
         """Each spatial axis's values strategy (see :func:`~jaxpool.windows.choose_strategy`)."""
-        return tuple(p.strategy(*where) for p, where in zip(self.axes, self._placement()))
+        return tuple(p.strategy(*where, backend=self.backend)
+                     for p, where in zip(self.axes, self._placement()))
 
     @property
     def tangents(self) -> tuple[str, ...]:
         """Each spatial axis's derivative rule (see :func:`~jaxpool.windows.choose_tangent`)."""
-        return tuple(p.tangent(*where, elementwise_cotangent=self.elementwise_cotangent)
+        return tuple(p.tangent(*where, elementwise_cotangent=self.elementwise_cotangent,
+                               backend=self.backend)
                      for p, where in zip(self.axes, self._placement()))
 
     def _placement(self) -> list[tuple[bool, int]]:
@@ -72,8 +76,10 @@ def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:
 @memoized_plan
 def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, padding=0,
                   ceil_mode=False, count_include_pad=True, divisor_override=None,
-                  channels_last=False) -> PoolPlan:
+                  channels_last=False, backend="cpu") -> PoolPlan:
+    """torch's avg_pool windows, summed by ``backend``'s strategies."""
     channels_last = _checks.check_channels_last(channels_last)
+    backend = strategy_table.check_backend(backend)
     kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
     strides = _default_stride(stride, kernel, ndim)
     pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
@@ -95,20 +101,24 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     axes = tuple(avg_pool_plan(n, k, s, p, ceil_mode, count_include_pad)
                  for n, k, s, p in zip(spatial, kernel, strides, pads))
     return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes,
-                    divisor_override)
+                    divisor_override, backend=backend)
 
 
 @memoized_plan
 def plan_adaptive(op: str, shape, dtype, ndim: int, output_size,
-                  channels_last=False) -> PoolPlan:
+                  channels_last=False, backend="cpu") -> PoolPlan:
+    """torch's adaptive windows (for average and max pooling), summed by ``backend``'s
+    strategies."""
     channels_last = _checks.check_channels_last(channels_last)
+    backend = strategy_table.check_backend(backend)
     # torch repeats no 1-tuple here: adaptive_avg_pool2d(x, (3,)) raises.
     sizes = _checks.int_tuple("output_size", output_size, ndim, minimum=1, allow_none=True,
                               repeat_single=False)
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     sizes = tuple(n if k is None else k for n, k in zip(spatial, sizes))
     axes = tuple(adaptive_plan(n, k) for n, k in zip(spatial, sizes))
-    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
+    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes,
+                    backend=backend)
 
 
 @memoized_plan
@@ -146,11 +156,11 @@ def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
 
 @memoized_plan
 def plan_lp_pool(op: str, shape, dtype, ndim: int, norm_type, kernel_size, stride=None,
-                 ceil_mode=False, channels_last=False) -> PoolPlan:
+                 ceil_mode=False, channels_last=False, backend="cpu") -> PoolPlan:
     """torch's lp_pool windows: average pooling's, with no padding."""
     check_norm_type(norm_type)
     plan = plan_avg_pool(op, shape, dtype, ndim, kernel_size, stride, 0, ceil_mode, True,
-                         None, channels_last)
+                         None, channels_last, backend)
     return dataclasses.replace(plan, elementwise_cotangent=True)
 
 

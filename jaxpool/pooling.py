@@ -21,6 +21,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import _axis, _checks, _halo, _select
+from jaxpool.strategy_table import current_backend
 from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
                           plan_global, plan_lp_pool, plan_max_pool)
 
@@ -96,14 +97,14 @@ def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_includ
     x = _static(op, x)
     plan = plan_avg_pool(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
                          kernel_size, stride, padding, ceil_mode, count_include_pad,
-                         divisor_override, channels_last)
+                         divisor_override, channels_last, current_backend())
     return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
 def _adaptive_avg_pool(op, ndim, x, output_size, channels_last, axis_names=None) -> jax.Array:
     x = _static(op, x)
     plan = plan_adaptive(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
-                         output_size, channels_last)
+                         output_size, channels_last, current_backend())
     return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
@@ -140,7 +141,7 @@ def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_la
         return (_sharded_max(plan, magnitude, False, axis_names) if norm_type > 0
                 else -_sharded_max(plan, -magnitude, False, axis_names))
     plan = plan_lp_pool(op, shape, x.dtype, ndim, norm_type, kernel_size, stride,
-                        ceil_mode, channels_last)
+                        ceil_mode, channels_last, current_backend())
     return _sharded(lambda p, v: _power_mean(p, v, norm_type), plan, _checks.as_jax(x),
                     axis_names)
 

@@ -15,6 +15,7 @@ import jax
 from jax.typing import ArrayLike
 
 from jaxpool import _checks, _halo, _resample
+from jaxpool.strategy_table import current_backend
 from jaxpool.pooling import AxisNames, _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
 
@@ -86,7 +87,7 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
     shape = _halo.resample_shape("interpolate", array.shape, channels_last, axis_names)
     sizes, plan = plan_interpolate("interpolate", shape, array.dtype, size, scale_factor,
                                    mode, align_corners, recompute_scale_factor, antialias,
-                                   channels_last)
+                                   channels_last, current_backend())
     if plan is None:
         return _AREA[len(sizes)](array, sizes, channels_last=channels_last,
                                  axis_names=axis_names)

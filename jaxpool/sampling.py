@@ -13,6 +13,7 @@ weight is 0 kept, since torch multiplies them (``0 * inf`` is NaN in torch's res
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from jaxpool import _checks
+from jaxpool import _checks, strategy_table
 from jaxpool._memo import memoized_plan
 from jaxpool.plan import output_shape
 
@@ -78,9 +79,10 @@ class AxisSampling:
     taps: tuple[tuple[int, ...], ...]
     weights: tuple[tuple[float, ...], ...]
     copies: bool = False
+    backend: str = "cpu"  # whose strategies (jaxpool.strategy_table)
 
     def strategy(self) -> str:
-        return choose_sampling_strategy(self)
+        return choose_sampling_strategy(self, self.backend)
 
     def matrix(self) -> np.ndarray:
         """The ``[out_size, in_size]`` matrix of the linear map (repeated taps summed)."""
@@ -227,7 +229,7 @@ def _transposed(plan: AxisSampling) -> AxisSampling:
             taps[j].append(i)
             weights[j].append(w)
     return AxisSampling(plan.out_size, plan.in_size, tuple(map(tuple, taps)),
-                        tuple(map(tuple, weights)))
+                        tuple(map(tuple, weights)), backend=plan.backend)
 
 
 @functools.lru_cache(maxsize=256)
@@ -329,9 +331,11 @@ def find_phases(plan: AxisSampling, max_period: int | None = None,
     return chosen
 
 
-def choose_sampling_strategy(plan: AxisSampling) -> str:
-    """Pick how one axis is computed, all exact to torch's taps and NaN placement, each a
-    program whose size is bounded whatever the ratio and extents:
+def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
+    """Pick how one axis is computed on ``backend``, all exact to torch's taps and NaN
+    placement, each a program whose size is bounded whatever the ratio and extents. Where
+    :data:`jaxpool.strategy_table.TABLE` names a strategy for the backend, that one; else
+    (every backend so far) the rules below, measured on XLA:CPU:
 
     - ``identity``: every output copies its own input element (nothing to do);
     - ``nonfinite-to-nan``: every output is ``x[i]*1 + x[i]*0`` (torch's linear modes when
@@ -367,6 +371,9 @@ def choose_sampling_strategy(plan: AxisSampling) -> str:
     one_tap = all(len(t) == 1 for t in plan.taps)
     if one_tap and n == k and all(t == (i,) for i, t in enumerate(plan.taps)):
         return "identity"
+    chosen = strategy_table.lookup("resampling", "any axis", backend)
+    if chosen != strategy_table.RULES:
+        return chosen
     if (not plan.copies and n == k and all(t == (i, i) for i, t in enumerate(plan.taps))
             and all(w == (1.0, 0.0) for w in plan.weights)):
         return "nonfinite-to-nan"
@@ -617,8 +624,17 @@ class ResamplePlan:
 @functools.lru_cache(maxsize=1024)
 def axis_sampling(mode: str, in_size: int, out_size: int, align_corners: bool,
                   scale: float | None, precision: str, antialias: bool,
-                  ndim: int) -> AxisSampling:
-    """One axis of ``interpolate``'s ``mode`` (not ``area``), as torch's CPU kernels."""
+                  ndim: int, backend: str = "cpu") -> AxisSampling:
+    """One axis of ``interpolate``'s ``mode`` (not ``area``), as torch's CPU kernels,
+    computed by ``backend``'s strategy."""
+    plan = _axis_sampling(mode, in_size, out_size, align_corners, scale, precision,
+                          antialias, ndim)
+    return plan if backend == "cpu" else dataclasses.replace(plan, backend=backend)
+
+
+def _axis_sampling(mode: str, in_size: int, out_size: int, align_corners: bool,
+                   scale: float | None, precision: str, antialias: bool,
+                   ndim: int) -> AxisSampling:
     if mode in ("nearest", "nearest-exact"):
         return nearest_sampling(in_size, out_size, scale, mode == "nearest-exact", precision,
                                 kernel_rule=ndim != 2)
@@ -636,11 +652,13 @@ _MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 @memoized_plan
 def plan_interpolate(op: str, shape, dtype, size=None, scale_factor=None, mode="nearest",
                      align_corners=None, recompute_scale_factor=None, antialias=False,
-                     channels_last=False) -> tuple[tuple[int, ...], ResamplePlan | None]:
+                     channels_last=False, backend="cpu"
+                     ) -> tuple[tuple[int, ...], ResamplePlan | None]:
     """Check ``interpolate``'s arguments as torch does (raising before any computation) and
     return the output's spatial extents and the plan (None for ``area``, which is
-    ``adaptive_avg_pool`` to those extents)."""
+    ``adaptive_avg_pool`` to those extents), computed by ``backend``'s strategies."""
     channels_last = _checks.check_channels_last(channels_last)
+    backend = strategy_table.check_backend(backend)
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(repr(m) for m in MODES)}, got "
                          f"{mode!r}" + (" (torch's lanczos is not supported)"
@@ -700,7 +718,8 @@ def plan_interpolate(op: str, shape, dtype, size=None, scale_factor=None, mode="
     if mode == "area":
         return sizes, None
     precision = "float64" if np.dtype(dtype).name == "float64" else "float32"
-    axes = tuple(axis_sampling(mode, n, k, align_corners, s, precision, antialias, ndim)
+    axes = tuple(axis_sampling(mode, n, k, align_corners, s, precision, antialias, ndim,
+                               backend)
                  for n, k, s in zip(spatial, sizes, scales))
     first = 1 if channels_last else 2
     return sizes, ResamplePlan(shape, tuple(range(first, first + ndim)), axes)

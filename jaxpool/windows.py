@@ -12,9 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Per-axis strategies, from cheapest to most general. Every one of them is built from pad,
-# slice, reshape, broadcast, reduce-sum, select and dot, so no derivative contains a scatter.
-STRATEGIES = ("identity", "sums", "blocks", "repeat", "taps", "matrix")
+from jaxpool import strategy_table
+
+# Per-axis strategies, from cheapest to most general (and ``reduce_window``, one
+# ``lax.reduce_window`` sum, which backends other than the CPU take: jaxpool.strategy_table).
+# Every one of them is built from pad, slice, reshape, broadcast, reduce-sum, reduce-window
+# sums, select and dot, so no derivative contains a scatter.
+STRATEGIES = ("identity", "sums", "blocks", "repeat", "taps", "matrix", "reduce_window")
 # How derivatives are computed along an axis (see choose_tangent).
 TANGENTS = ("identity", "values", "reduce_window", "rows", "matrix", "taps", "blocks")
 
@@ -87,8 +91,9 @@ class AxisPlan:
         hi = min(self.stops[i] - self.pad_lo, self.in_size)
         return range(lo, hi)
 
-    def strategy(self, innermost: bool = False, row_length: int = 1) -> str:
-        return choose_strategy(self, innermost, row_length)
+    def strategy(self, innermost: bool = False, row_length: int = 1,
+                 backend: str = "cpu") -> str:
+        return choose_strategy(self, innermost, row_length, backend)
 
     def windows_of_rows(self) -> tuple[tuple[int, ...], ...]:
         """For each input index, the windows that hold it (the transposed structure)."""
@@ -99,15 +104,19 @@ class AxisPlan:
         return tuple(tuple(h) for h in holding)
 
     def tangent(self, innermost: bool = False, row_length: int = 1,
-                elementwise_cotangent: bool = False) -> str:
-        return choose_tangent(self, innermost, row_length, elementwise_cotangent)
+                elementwise_cotangent: bool = False, backend: str = "cpu") -> str:
+        return choose_tangent(self, innermost, row_length, elementwise_cotangent, backend)
 
 
-def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1) -> str:
-    """Pick the cheapest exact strategy for one axis.
+def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
+                    backend: str = "cpu") -> str:
+    """Pick the cheapest exact strategy for one axis on ``backend``.
 
     ``innermost``: the axis is the last of the array; ``row_length``: the elements after it
-    (later spatial axes counted at their pooled extent).
+    (later spatial axes counted at their pooled extent). ``backend``: whose entry of
+    :data:`jaxpool.strategy_table.TABLE` applies; where it says ``RULES``, the rules
+    below (measured on XLA:CPU); on the GPU, equal windows take ``reduce_window`` (one
+    ``lax.reduce_window`` sum).
 
     - ``identity``: every window is one element, in order (nothing to do);
     - ``blocks``: windows tile the axis back to back: reshape and sum. First on an outer
@@ -135,6 +144,9 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
         if length == 1 and stride == 1 and plan.starts[0] == 0 and plan.pad_lo == 0 \
                 and plan.out_size == plan.in_size:
             return "identity"
+        chosen = strategy_table.lookup("window sums", "equal windows", backend)
+        if chosen != strategy_table.RULES:
+            return chosen
     if (tiles and not innermost and row_length >= MIN_BROADCAST_ROW
             and plan.lengths[0] > MAX_SHORT_TAPS):
         return "blocks"
@@ -156,8 +168,12 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
 
 
 def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
-                   elementwise_cotangent: bool = False) -> str:
-    """Pick how derivatives along one axis are computed (the same linear map either way).
+                   elementwise_cotangent: bool = False, backend: str = "cpu") -> str:
+    """Pick how derivatives along one axis are computed on ``backend`` (the same linear
+    map either way). Where :data:`jaxpool.strategy_table.TABLE` names a rule for the
+    backend, that rule; else the rules below, measured on XLA:CPU, for the values
+    strategy the CPU would take (on a backend whose values differ, ``values`` becomes the
+    CPU strategy's own derivative, ``blocks``).
 
     Every rule adds only each window's own elements, in both modes and at every order, so
     a NaN or inf in a tangent or cotangent reaches what torch's does; none is a product
@@ -204,6 +220,17 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
     strategy = choose_strategy(plan, innermost, row_length)
     if strategy == "identity":
         return "identity"
+    if backend != "cpu":
+        situation = ("equal windows at stride 1" if plan.uniform and plan.stride == 1
+                     and plan.lengths[0] > 1 else "other windows")
+        chosen = strategy_table.lookup("window sums derivative", situation, backend)
+        if chosen != strategy_table.RULES:
+            return chosen
+        tangent = choose_tangent(plan, innermost, row_length, elementwise_cotangent)
+        if tangent == "values" and choose_strategy(plan, innermost, row_length,
+                                                   backend) != strategy:
+            return "blocks" if strategy == "blocks" else tangent
+        return tangent
     if strategy == "sums":
         return "rows"
     if strategy == "matrix":

@@ -1,9 +1,12 @@
 """One small case per strategy the library can choose, for the structural tests."""
 
+import dataclasses
+
 import torch.nn.functional as F
 
 import jaxpool
 from jaxpool.plan import plan_adaptive, plan_avg_pool
+from jaxpool.strategy_table import BACKENDS
 from jaxpool.windows import STRATEGIES, TANGENTS
 
 # name -> (function of an array, input shape, the op's plan)
@@ -126,7 +129,15 @@ def _axes(plan):
     return list(zip(plan.strategies, plan.tangents))
 
 
-AXES = [axis for _, shape, planner in CASES.values() if planner for axis in _axes(planner(shape))]
+def plans(backend):
+    """Each case's plan as ``backend``'s table makes it."""
+    return {name: dataclasses.replace(planner(shape), backend=backend)
+            for name, (_, shape, planner) in CASES.items() if planner}
+
+
+# every backend's strategies: the tests run them all on the CPU
+AXES = [axis for backend in BACKENDS for plan in plans(backend).values()
+        for axis in _axes(plan)]
 
 
 def test_every_strategy_has_a_case():

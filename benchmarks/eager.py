@@ -1,0 +1,240 @@
+"""Eager calls: jaxpool's ops called and differentiated without ``jax.jit``, against the
+same under ``jax.jit`` and against torch's eager autograd, side by side in one process.
+
+Run from the repository root:
+
+    python -m benchmarks.eager                      # table to stdout
+    python -m benchmarks.eager --markdown BENCHMARKS.md   # and into its section
+
+Small cells, as eager code (notebooks, torch-style loops, torch models through torchax)
+sees them. Modes, each timed as interleaved samples:
+
+- ``fwd``: the op (``jaxpool`` called eagerly, ``jit`` its ``jax.jit``; torch under
+  ``no_grad``);
+- ``grad``: the gradient of ``sum(op(x)**2)`` (``jax.grad`` eagerly, and jitted; torch's
+  ``autograd.grad``); ``jax floor`` is the same eager ``jax.grad`` with the op left out
+  (``sum(x**2)``): what JAX's eager autodiff costs around any op;
+- ``vjp``: the op alone, its vector-jacobian product with a given cotangent (``jax.vjp``
+  and its pullback; torch's ``autograd.grad(y, x, ct)``).
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.report import markers, splice
+from benchmarks.runner import Device, measure, summarize
+
+MODES = ("fwd", "grad", "vjp")
+SIDES = ("jaxpool", "jit", "jax floor", "torch", "torch-1t")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    name: str
+    shape: tuple[int, ...]
+    jax_op: str    # an expression of ``x`` (and ``indices``) with ``jaxpool`` in scope
+    torch_op: str  # the same with ``F`` (torch.nn.functional) in scope
+
+
+CELLS = (
+    Cell("max_pool2d(x, 3, 2, 1), 2x16x28x28", (2, 16, 28, 28),
+         "jaxpool.max_pool2d(x, 3, 2, 1)", "F.max_pool2d(x, 3, 2, 1)"),
+    Cell("avg_pool2d(x, 2), 2x16x28x28", (2, 16, 28, 28),
+         "jaxpool.avg_pool2d(x, 2)", "F.avg_pool2d(x, 2)"),
+    Cell("bilinear x2, 2x16x28x28", (2, 16, 28, 28),
+         "jaxpool.interpolate(x, scale_factor=2, mode='bilinear')",
+         "F.interpolate(x, scale_factor=2, mode='bilinear')"),
+    Cell("reflect pad 3, 2x16x28x28", (2, 16, 28, 28),
+         "jaxpool.pad(x, (3, 3, 3, 3), 'reflect')", "F.pad(x, (3, 3, 3, 3), mode='reflect')"),
+    Cell("nearest 40 -> 57, 2x16x40x40", (2, 16, 40, 40),
+         "jaxpool.interpolate(x, size=57)", "F.interpolate(x, size=57)"),
+    Cell("max_unpool2d 2x2, 2x16x14x14 -> 28", (2, 16, 14, 14),
+         "jaxpool.max_unpool2d(x, indices, 2)", "F.max_unpool2d(x, indices, 2)"),
+    Cell("adaptive_avg_pool2d 15 -> 4, 2x64x15x15", (2, 64, 15, 15),
+         "jaxpool.adaptive_avg_pool2d(x, 4)", "F.adaptive_avg_pool2d(x, 4)"),
+)
+
+
+def _ops(cell: Cell, x64: np.ndarray):
+    """jaxpool's op and torch's, as functions of the input alone."""
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import jaxpool
+
+    scope = {"jaxpool": jaxpool, "F": F}
+    # compiled once: an eval of the text would cost each eager call its parsing
+    jax_code = compile(cell.jax_op, cell.name, "eval")
+    torch_code = compile(cell.torch_op, cell.name, "eval")
+    if "indices" in cell.jax_op:
+        # each value's index: a random element of its own 2x2 window, as a max pool's
+        n, c, h, w = x64.shape
+        rng = np.random.default_rng(1)
+        rows = 2 * np.arange(h)[:, None] + rng.integers(0, 2, (n, c, h, w))
+        cols = 2 * np.arange(w)[None, :] + rng.integers(0, 2, (n, c, h, w))
+        flat = rows * (2 * w) + cols
+        jax_indices, torch_indices = jnp.asarray(flat, jnp.int32), torch.from_numpy(flat)
+        return (lambda x: eval(jax_code, dict(scope, x=x, indices=jax_indices)),
+                lambda x: eval(torch_code, dict(scope, x=x, indices=torch_indices)))
+    return (lambda x: eval(jax_code, dict(scope, x=x)),
+            lambda x: eval(torch_code, dict(scope, x=x)))
+
+
+def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
+    """Thunks per side, and each side's result (to check them against one another)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    rng = np.random.default_rng(0)
+    x64 = rng.standard_normal(cell.shape)
+    jax_op, torch_op = _ops(cell, x64)
+    x = jax.device_put(jnp.asarray(x64, jnp.float32), device.jax_device)
+    t = torch.from_numpy(x64.astype(np.float32)).to(device.torch_device)
+    ready = jax.block_until_ready
+    if mode == "fwd":
+        jitted = jax.jit(jax_op)
+        f = lambda: ready(jax_op(x))  # noqa: E731
+        jaxes = {"jaxpool": f, "jit": lambda: ready(jitted(x))}
+
+        def torch_side():
+            with torch.no_grad():
+                y = torch_op(t)
+            device.sync_torch()
+            return y
+    elif mode == "grad":
+        grad = jax.grad(lambda a: jnp.sum(jnp.square(jax_op(a))))
+        floor = jax.grad(lambda a: jnp.sum(jnp.square(a)))
+        jitted = jax.jit(grad)
+        jaxes = {"jaxpool": lambda: ready(grad(x)), "jit": lambda: ready(jitted(x)),
+                 "jax floor": lambda: ready(floor(x))}
+        leaf = t.detach().requires_grad_(True)
+
+        def torch_side():
+            (g,) = torch.autograd.grad(torch_op(leaf).square().sum(), leaf)
+            device.sync_torch()
+            return g
+    else:
+        y = jax_op(x)
+        ct64 = rng.standard_normal(y.shape)
+        ct = jax.device_put(jnp.asarray(ct64, jnp.float32), device.jax_device)
+        vjp = lambda a, c: jax.vjp(jax_op, a)[1](c)[0]  # noqa: E731
+        jitted = jax.jit(vjp)
+        jaxes = {"jaxpool": lambda: ready(vjp(x, ct)), "jit": lambda: ready(jitted(x, ct))}
+        leaf = t.detach().requires_grad_(True)
+        tct = torch.from_numpy(ct64.astype(np.float32)).to(device.torch_device)
+
+        def torch_side():
+            (g,) = torch.autograd.grad(torch_op(leaf), leaf, tct)
+            device.sync_torch()
+            return g
+    results = {name: np.asarray(f()) for name, f in jaxes.items() if name != "jax floor"}
+    results["torch"] = torch_side().detach().cpu().numpy()
+    fns = dict(jaxes, torch=torch_side)
+    if device.kind == "cpu":
+        def one_thread():
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return torch_side()
+            finally:
+                torch.set_num_threads(threads)
+        fns["torch-1t"] = one_thread
+    return fns, results
+
+
+def _cpu_times(fns: dict, reps: int, inner: int = 20) -> dict:
+    """CPU seconds of this process per call (all its threads), interleaved as ``measure``:
+    on a machine shared with other work, what the call itself costs."""
+    samples: dict = {name: [] for name in fns}
+    names = list(fns)
+    for f in fns.values():
+        f()
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.process_time()
+            for _ in range(inner):
+                fns[name]()
+            samples[name].append((time.process_time() - t0) / inner)
+    return {name: summarize(s, inner) for name, s in samples.items()}
+
+
+def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
+             clock: str = "wall") -> list[dict]:
+    rows = []
+    for mode in MODES:
+        fns, results = _sides(cell, mode, device)
+        want = results["torch"]
+        for name, got in results.items():
+            scale = float(np.max(np.abs(want))) or 1.0
+            if got.shape != want.shape or np.max(np.abs(got - want)) > 1e-4 * scale:
+                raise AssertionError(f"{cell.name} {mode}: {name} differs from torch")
+        # eager and jitted: the same programs, the same bits
+        if results["jaxpool"].tobytes() != results["jit"].tobytes():
+            raise AssertionError(f"{cell.name} {mode}: jaxpool is not the jitted bits")
+        timed = measure(fns, reps, min_sample_s) if clock == "wall" else _cpu_times(fns, reps)
+        rows.append({"cell": cell.name, "mode": mode,
+                     "ms": {k: v["median_ms"] for k, v in timed.items()},
+                     "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()}})
+    return rows
+
+
+def _fmt(ms: float) -> str:
+    return f"{ms:.3g}"
+
+
+def table(rows: list[dict], device: Device, clock: str = "wall") -> str:
+    what = "ms per call" if clock == "wall" else "CPU ms of the process per call"
+    lines = [f"Median {what} of interleaved samples (± half the interquartile range), "
+             f"float32, {device.in_words()}",
+             "",
+             "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / torch | jaxpool / jit |",
+             "|---|---|" + "---:|" * (len(SIDES) + 2)]
+    for r in rows:
+        ms, spread = r["ms"], r["spread"]
+        cells = [f"{_fmt(ms[s])} ±{_fmt(spread[s])}" if s in ms else "" for s in SIDES]
+        torch_best = min(ms[s] for s in ("torch", "torch-1t") if s in ms)
+        lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells)
+                     + f" | {ms['jaxpool'] / torch_best:.2f}x | {ms['jaxpool'] / ms['jit']:.2f}x |")
+    lines.append("")
+    lines.append("`jaxpool / torch`: over the faster of torch's two thread counts.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.eager",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--reps", type=int, default=15, help="samples per side (default 15)")
+    parser.add_argument("--min-sample-s", type=float, default=0.02,
+                        help="each sample repeats the call until it lasts this long")
+    parser.add_argument("--cells", default="", help="comma-separated cell numbers (from 0)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or this process's CPU time (a shared machine)")
+    parser.add_argument("--markdown", help="also splice the table into this file")
+    parser.add_argument("--section", default="eager", help="the markdown section's name")
+    args = parser.parse_args(argv)
+    device = Device(args.device)
+    cells = CELLS if not args.cells else [CELLS[int(i)] for i in args.cells.split(",")]
+    start = time.perf_counter()
+    rows = []
+    for cell in cells:
+        rows += run_cell(cell, args.reps, args.min_sample_s, device, args.clock)
+        print(f"  {cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    text = table(rows, device, args.clock)
+    print(text)
+    if args.markdown:
+        splice(args.markdown, text, *markers(args.section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
