@@ -199,34 +199,45 @@ class TorchBasicBlock(torch.nn.Module):
 
 
 class TorchResNet(torch.nn.Module):
-    """torchvision's ResNet layout at two stages of one block (64 and 16 channels)."""
+    """torchvision's ResNet layout (the stem's 64 channels, then ``stages`` of basic
+    blocks: (blocks, channels) each)."""
 
-    def __init__(self, n_classes=5):
+    def __init__(self, stages=((1, 8), (1, 16)), n_classes=5):
         super().__init__()
         self.conv1 = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = torch.nn.BatchNorm2d(64)
         self.relu = torch.nn.ReLU(inplace=True)
         self.maxpool = torch.nn.MaxPool2d(3, 2, 1)
-        self.layer1 = torch.nn.Sequential(TorchBasicBlock(64, 8, 1))
-        self.layer2 = torch.nn.Sequential(TorchBasicBlock(8, 16, 2))
+        c = 64
+        for i, (blocks, width) in enumerate(stages):
+            layer = []
+            for b in range(blocks):
+                layer.append(TorchBasicBlock(c, width, 2 if i > 0 and b == 0 else 1))
+                c = width
+            setattr(self, f"layer{i + 1}", torch.nn.Sequential(*layer))
+        self.n_stages = len(stages)
         self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
-        self.fc = torch.nn.Linear(16, n_classes)
+        self.fc = torch.nn.Linear(c, n_classes)
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer2(self.layer1(x))
+        for i in range(self.n_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def test_jax_resnet_loads_and_passes_and_names_a_planted_epsilon():
+@pytest.mark.parametrize("stages", [((1, 8), (1, 16)), pytest.param(
+    ((2, 64), (2, 128), (2, 256), (2, 512)), marks=pytest.mark.slow, id="resnet18")])
+def test_jax_resnet_loads_and_passes_and_names_a_planted_epsilon(stages):
     """jax-resnet's blocks end in a skip-connection module of their own, where torchvision's
     call ReLU: the port passes (neither is taken for the other), and an epsilon planted in
     torch's second block's bn1 is the first row named."""
     jax_resnet = pytest.importorskip("jax_resnet")
-    port = jax_resnet.ResNet(jax_resnet.ResNetBlock, stage_sizes=[1, 1], n_classes=5,
-                             hidden_sizes=(8, 16))
-    torch_model = trained_like(TorchResNet())
-    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16))
+    port = jax_resnet.ResNet(jax_resnet.ResNetBlock, stage_sizes=[n for n, _ in stages],
+                             n_classes=5, hidden_sizes=tuple(c for _, c in stages))
+    torch_model = trained_like(TorchResNet(stages))
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32) if len(stages) > 2
+                                                 else (2, 3, 16, 16))
     with x64():
         variables = parity.load_torch_weights(
             torch_model, jax.tree_util.tree_map(
