@@ -335,6 +335,11 @@ def test_an_identity_on_one_side_only_shifts_nothing_after_it():
     assert ("0.act", "IdentityBlock_0/Identity_0") in outputs
     assert ("1.act", "IdentityBlock_1/Identity_0") in outputs
     assert set(report.unpaired_torch) == {"0.shortcut", "1.shortcut"}
+    # the alignment, printable: what was paired, by which signal, what was left
+    assert "0.conv (Conv2d) -> IdentityBlock_0/Conv_0 [conv, by only fit]" in report.alignment
+    assert "0.act (Identity) -> IdentityBlock_0/Identity_0 (Identity) [aligned]" \
+        in report.alignment
+    assert "left unpaired, torch: 0.shortcut, 1.shortcut" in report.alignment
 
 
 class TorchTokens(torch.nn.Module):
