@@ -70,7 +70,7 @@ from .convert import TORCH_DTYPES, to_jax, to_numpy, x64
 from .model_report import LayerRow, ModelReport
 from .calls import Call
 from .layout import flax_layout, get_value, is_nnx_module, nnx_modules, set_value
-from .pairing import CallPair, WeightMap, match_weights, pair_calls
+from .pairing import CallPair, WeightMap, format_alignment, match_weights, pair_calls
 from .tolerances import HALF, Diff, is_float, tolerance
 from .weights import fill
 
@@ -214,7 +214,8 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
     elif gradients:
         rows += _gradient_rows(concrete, t_run, f_run, ref_run, weights, judge)
     return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax,
-                       mode, "torch" if reference == "direct" else "torch float64")
+                       mode, "torch" if reference == "direct" else "torch float64",
+                       format_alignment(weights, pairs, unpaired_torch, unpaired_flax))
 
 
 def assert_model_parity(torch_module, flax_model, variables, x, **kwargs) -> ModelReport:

@@ -79,6 +79,7 @@ class ModelReport:
     unpaired_flax: list[str] = dataclasses.field(default_factory=list)
     mode: str = "chained"
     reference: str = "torch"
+    alignment: str = ""  # what was paired, by which signal, and what was left (printable)
 
     @property
     def ok(self) -> bool:

@@ -1,30 +1,36 @@
 """Which torch layer is which Flax layer: the one pairing that ``load_torch_weights``,
 ``to_torch_weights`` and ``compare_layers`` use.
 
-Weights (``match_weights``): torch's layers are taken in registration order (the order of
-``state_dict``). When the order the Flax model calls its modules is known (``order``, from
-``parity.record_flax.call_order``: a run of the model), each torch layer takes the first
-Flax layer, from where the previous pair left off, whose leaves its layout rule fills with
-the right shapes. A variables dict's own order is never trusted (``jax.jit(init)``,
-``tree_map`` and train steps return its keys sorted, which is not creation order): without
-``order``, a pair is only made where nothing else is possible - equal names ("layer1.0.conv1"
-and "layer1_0/conv1"), or the one layer of the other side that fits by kind and shape, one
-forced pair at a time - and anything still open raises a ValueError that lists the
-candidates and the ``name_map`` entries that would settle it. ``name_map={torch module
-name: Flax module path}`` pairs by hand.
+Weights (``match_weights``), strongest signal first, each step only among the layers the
+steps before left: ``name_map={torch module name: Flax module path}`` (by hand); names that
+agree (``name_keys``: the same words up to separators, index style and plurals, "layer.0",
+"layer_0", "layers_0" and "layer/layer_0" alike, with a prefix every name of one side shares
+dropped where that makes more names agree) with the layout rule fitting the shapes: never
+overridden by order; the one layer of the other side that fits by kind and shape, one forced
+pair at a time; and last, where the order the Flax model calls its modules is known
+(``order``, from ``parity.record_flax.call_order``), torch's registration order against it,
+each torch layer taking the first Flax layer that fits from where the previous pair left
+off - unless the names say otherwise (another candidate's last word is the torch layer's,
+this one's is not). A variables dict's own order is never trusted (``jax.jit(init)``,
+``tree_map`` and train steps return its keys sorted). What is left open raises a ValueError
+that lists the candidates and the ``name_map`` entries that would settle it. Each pair
+records the signal that made it (``Pair.signal``; ``WeightMap.format()`` prints them). Raw
+parameters (a module of no known type holding ``nn.Parameter`` attributes: a class token,
+position embeddings) follow ``parity.layout.raw_rule``: the leaves of the same names and
+shapes.
 
 Module calls (``pair_calls``): every recorded call of a module with weights goes with the
-calls of its weight pair; ``name_map`` entries (any module, with weights or not: residual
-blocks, pooling) and the two models themselves pair their calls; the rest go by kind
-(``kind``) and order, the k-th call of a torch ``MaxPool2d`` with the k-th Flax
-``MaxPool2d``. What is left is paired by position where that is the only reading: between
-two pairs that follow each other on both sides (in the order calls return; the start of
-the run counts as one), each side holding exactly one call left over, of a module without
-weights or a ``name_map`` entry, with the same input and output shapes (an adaptive pool
-ported as a fixed one, a ``MaxPool2d`` ported as another module). A gap holding more than
-one call on either side stays unpaired; a call that encloses pairs (a ``Sequential`` that
-holds compared layers) is structure, not counted. Weights never pair by position: a wrong
-positional pair costs one misleading row, a wrong weight pair a silently wrong load.
+calls of its weight pair; ``name_map`` entries (any module, with weights or not) and the two
+models themselves pair their calls. Between two such pairs that follow each other on both
+sides (in the order calls return), the calls left on each side are aligned as a diff aligns
+two sequences (``_align``: order kept, matched by kind or name with the shapes fitting), so
+that one module more or less on one side (an ``nn.Identity`` shortcut) shifts nothing after
+it. Calls that enclose pairs (blocks, a ``Sequential``) are aligned the same way among
+themselves. What is left is paired by position only where that is the only reading: each
+side holding exactly one call left in the gap, of kinds that may stand for one another (two
+pools: an adaptive pool ported as a fixed one), with the same input and output shapes.
+Weights never pair by position: a wrong positional pair costs one misleading row, a wrong
+weight pair a silently wrong load.
 
 This module sits above the layer types and layout rules (``parity.layout``) and the calls
 (``parity.calls``), and below the public ``load_torch_weights`` / ``to_torch_weights``
@@ -44,7 +50,8 @@ from .calls import Call, Run
 from .layout import (LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer, flax_layers,
                      flax_layout, torch_layers)
 
-__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "kind", "match_weights", "pair_calls"]
+__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "format_alignment", "kind",
+           "match_weights", "name_keys", "name_tokens", "pair_calls"]
 
 
 # --------------------------------------------------------------------------- module calls
@@ -74,6 +81,7 @@ class CallPair:
     by_position: bool = False
     before: Gap = ((), ())
     after: Gap = ((), ())
+    signal: str = ""  # "weights", "name_map", "model", "aligned", "block" or "position"
 
 
 def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
@@ -102,7 +110,8 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
             aligned += _align([c for c in gap[0] if c.path not in fixed],
                               [c for c in gap[1] if c.path not in fixed_flax], channels_last)
     pairs += aligned
-    pairs += _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last)
+    blocks = _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last)
+    pairs += blocks
     by_position = []
     for gap in _gaps(t_calls, f_calls, pairs):
         if gap is None or not len(gap[0]) == len(gap[1]) == 1:
@@ -117,8 +126,20 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     gaps = [((), ()) if g is None else
             (tuple(dict.fromkeys(c.path for c in g[0])), tuple(dict.fromkeys(c.path for c in g[1])))
             for g in _gaps(t_calls, f_calls, pairs)]
+    weight_names = {p.torch.name for p in weights.pairs}
+    how = {id(t): "aligned" for t, _ in aligned}
+    how.update({id(t): "block" for t, _ in blocks})
+    how.update({id(t): "position" for t, _ in by_position})
+
+    def signal(t):
+        if t.path == "":
+            return "model"
+        if t.path in name_map:
+            return "name_map"
+        return "weights" if t.path in weight_names else how.get(id(t), "")
+
     out = [CallPair(t, f, id(t) in positional, gaps[i],
-                    gaps[i + 1] if i + 1 < len(gaps) else ((), ()))
+                    gaps[i + 1] if i + 1 < len(gaps) else ((), ()), signal(t))
            for i, (t, f) in enumerate(pairs)]
     paired = {id(c) for p in pairs for c in p}
     unpaired_torch = list(dict.fromkeys(c.path for c in t_calls if id(c) not in paired))
@@ -138,6 +159,20 @@ def _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last):
                 and any(j < i and start > c.start for j, start in at_paired)]
 
     return _align(enclosers(t_calls, fixed), enclosers(f_calls, fixed_flax), channels_last)
+
+
+def format_alignment(weights: WeightMap, pairs: list[CallPair], unpaired_torch: list[str],
+                     unpaired_flax: list[str]) -> str:
+    """The alignment as text: the weight pairs, the call pairs (each with the signal that
+    made it), and the modules left on each side."""
+    lines = ["weights (torch -> Flax [layout rule, by signal]):"]
+    lines += [f"  {line}" for line in weights.format().splitlines()]
+    lines.append("calls (torch -> Flax [by signal], in the order they return):")
+    lines += [f"  {p.torch.path or '(model)'} ({p.torch.type_name}) -> "
+              f"{p.flax.path or '(model)'} ({p.flax.type_name}) [{p.signal}]" for p in pairs]
+    lines.append("left unpaired, torch: " + (", ".join(unpaired_torch) or "none"))
+    lines.append("left unpaired, Flax: " + (", ".join(unpaired_flax) or "none"))
+    return "\n".join(lines)
 
 
 def _family(c: Call) -> str:

@@ -4,14 +4,14 @@
     parity.load_torch_weights(torch_model, nnx_model)               # nnx: updated in place
     parity.to_torch_weights(variables_or_nnx_model, torch_model)    # back, in place
 
-Layers are paired by ``parity.pairing``: torch's in registration order (the order of
-``state_dict``), Flax's in the order the model calls its modules, when the model and an
-example input are given (``model=``, ``x=``; for nnx, ``x=`` alone). A variables dict's own
-order is never trusted (``jax.jit(init)``, ``tree_map`` and train steps return its keys
-sorted): without the model, only pairs that nothing else can make are made (equal names, or
-the one layer of the other side that fits by kind and shape), and a ValueError lists the
-layers left open with the ``name_map`` entries that would settle them.
-``name_map={torch module name: Flax module path}`` pairs layers by hand. Anything left over
+Layers are paired by ``parity.pairing``: by ``name_map``, then by names that agree (up to
+separators, index style and a shared prefix), then the one layer that fits by kind and shape,
+then, where the model and an example input are given (``model=``, ``x=``; for nnx, ``x=``
+alone), torch's registration order against the order the model calls its modules, unless the
+names say otherwise. A variables dict's own order is never trusted (``jax.jit(init)``,
+``tree_map`` and train steps return its keys sorted). A layer left open raises a ValueError
+that lists its candidates with the ``name_map`` entries that would settle it; a run of the
+model that fails raises its error with what to pass (``flax_kwargs=``). Anything left over
 raises one ``ValueError`` listing every torch tensor left unmatched, every Flax leaf left
 unset and every shape that disagrees. Values are cast to the receiving side's dtype, as
 ``torch.nn.Module.load_state_dict`` does (``compare_layers`` reports a weight rounded so,
@@ -33,6 +33,7 @@ running_mean, running_var``            (batch_stats); ``num_batches_tracked`` ha
                                        counterpart and is skipped
 LayerNorm, GroupNorm ``weight, bias``  ``scale, bias``
 Embedding ``weight [n, d]``            Embed ``embedding [n, d]``
+raw ``nn.Parameter`` attributes        the leaves of the same names and shapes, as they are
 =====================================  ===================================================
 
 Biases map to ``bias`` unchanged. jaxpool's pooling layers have no weights. A

@@ -174,3 +174,78 @@ def test_a_planted_epsilon_change_is_named_first(request, case, mode):
                                    gradients=False)
     first = report.first_divergence
     assert (first.kind, first.torch_name) == ("output", name), report.format()
+
+
+# --------------------------------------------------------------------------- jax-resnet
+
+
+class TorchBasicBlock(torch.nn.Module):
+    """torchvision's BasicBlock, written here (torchvision is not a dependency)."""
+
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c_out)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.conv2 = torch.nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c_out)
+        self.downsample = (torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                               torch.nn.BatchNorm2d(c_out))
+                           if stride != 1 or c_in != c_out else None)
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class TorchResNet(torch.nn.Module):
+    """torchvision's ResNet layout (the stem's 64 channels, then ``stages`` of basic
+    blocks: (blocks, channels) each)."""
+
+    def __init__(self, stages=((1, 8), (1, 16)), n_classes=5):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(64)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.maxpool = torch.nn.MaxPool2d(3, 2, 1)
+        c = 64
+        for i, (blocks, width) in enumerate(stages):
+            layer = []
+            for b in range(blocks):
+                layer.append(TorchBasicBlock(c, width, 2 if i > 0 and b == 0 else 1))
+                c = width
+            setattr(self, f"layer{i + 1}", torch.nn.Sequential(*layer))
+        self.n_stages = len(stages)
+        self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(c, n_classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        for i in range(self.n_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+@pytest.mark.parametrize("stages", [((1, 8), (1, 16)), pytest.param(
+    ((2, 64), (2, 128), (2, 256), (2, 512)), marks=pytest.mark.slow, id="resnet18")])
+def test_jax_resnet_loads_and_passes_and_names_a_planted_epsilon(stages):
+    """jax-resnet's blocks end in a skip-connection module of their own, where torchvision's
+    call ReLU: the port passes (neither is taken for the other), and an epsilon planted in
+    torch's second block's bn1 is the first row named."""
+    jax_resnet = pytest.importorskip("jax_resnet")
+    port = jax_resnet.ResNet(jax_resnet.ResNetBlock, stage_sizes=[n for n, _ in stages],
+                             n_classes=5, hidden_sizes=tuple(c for _, c in stages))
+    torch_model = trained_like(TorchResNet(stages))
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32) if len(stages) > 2
+                                                 else (2, 3, 16, 16))
+    with x64():
+        variables = parity.load_torch_weights(
+            torch_model, jax.tree_util.tree_map(
+                lambda a: np.zeros(a.shape, np.float64),
+                dict(jax.eval_shape(port.init, jax.random.key(0), np.moveaxis(x, 1, -1)))),
+            model=port, x=np.moveaxis(x, 1, -1))
+    report = parity.compare_layers(torch_model, port, variables, x, gradients=False)
+    assert report.ok, report.format()
+    torch_model.layer2[0].bn1.eps = 1e-3
+    report = parity.compare_layers(torch_model, port, variables, x, gradients=False)
+    assert report.first_divergence.torch_name == "layer2.0.bn1", report.format()

@@ -153,3 +153,229 @@ def test_the_model_side_imports_bottom_up_without_a_circle():
 
     for name in graph:
         visit(name, [])
+
+
+# --------------------------------------------------------------------------- the old traps
+
+
+class TorchBA(torch.nn.Module):
+    """Two same-shaped layers registered b, then a."""
+
+    def __init__(self):
+        super().__init__()
+        self.b = torch.nn.Linear(8, 8).double()
+        self.a = torch.nn.Linear(8, 8).double()
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+class AB(nn.Module):
+    """The port: calls a, then b, and needs a mask."""
+
+    @nn.compact
+    def __call__(self, x, mask):
+        return nn.Dense(8, name="b")(jnp.tanh(nn.Dense(8, name="a")(x)) * mask)
+
+
+def _ab_case():
+    from parity.convert import x64
+
+    torch_net = TorchBA()
+    x = np.random.default_rng(0).standard_normal((2, 8))
+    with x64():
+        init = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, np.float64), AB().init(
+            jax.random.key(0), jnp.asarray(x), jnp.ones((2, 8))))
+    return torch_net, x, init
+
+
+def _ab_exact(variables, torch_net):
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(variables["params"][name]["kernel"],
+                                      getattr(torch_net, name).weight.detach().numpy().T)
+
+
+def test_names_pair_layers_called_in_another_order_than_registered():
+    torch_net, x, init = _ab_case()
+    _ab_exact(parity.load_torch_weights(torch_net, init), torch_net)
+    _ab_exact(parity.load_torch_weights(torch_net, init, model=AB(), x=x,
+                                        flax_kwargs={"mask": np.ones((2, 8))}), torch_net)
+
+
+def test_a_model_that_cannot_run_says_what_to_pass_and_following_it_works():
+    """Without the mask the run that records the call order fails: the loader raises that
+    error (never the variables' own order), naming flax_kwargs."""
+    torch_net, x, init = _ab_case()
+    with pytest.raises(ValueError, match=r"(?s)mask.*flax_kwargs="):
+        parity.load_torch_weights(torch_net, init, model=AB(), x=x)
+    _ab_exact(parity.load_torch_weights(torch_net, init, model=AB(), x=x,
+                                        flax_kwargs={"mask": np.ones((2, 8))}), torch_net)
+
+
+class TorchAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Module()
+        self.query, self.key, self.value = (torch.nn.Linear(4, 4).double() for _ in range(3))
+
+    def forward(self, x):
+        w = torch.softmax(self.query(x) @ self.key(x).T, -1)
+        return w @ self.value(x)
+
+
+class Attention(nn.Module):
+    """Same-shaped siblings, called value, key, query."""
+
+    @nn.compact
+    def __call__(self, x):
+        v = nn.Dense(4, name="value")(x)
+        k = nn.Dense(4, name="key")(x)
+        return jax.nn.softmax(nn.Dense(4, name="query")(x) @ k.T, -1) @ v
+
+
+def test_same_shaped_siblings_pair_by_name_and_compare():
+    torch_net = TorchAttention()
+    x = np.random.default_rng(1).standard_normal((3, 4))
+    report = parity.compare_layers(torch_net, Attention(), None, x)
+    assert report.ok, report.format()
+    outputs = [(r.torch_name, r.flax_path) for r in report.rows if r.kind == "output"]
+    assert ("query", "query") in outputs and ("key", "key") in outputs
+
+
+class TorchInner(torch.nn.Module):
+    """x and y under one module, out beside it: no prefix every name shares."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Module()
+        self.inner.x, self.inner.y = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.out = torch.nn.Linear(4, 2)
+
+    def forward(self, v):
+        return self.out(self.inner.y(self.inner.x(v)))
+
+
+class Core(nn.Module):
+    @nn.compact
+    def __call__(self, v):
+        return nn.Dense(4, name="x")(nn.Dense(4, name="y")(v))
+
+
+class CoreNet(nn.Module):
+    """Calls y before x, in a module named otherwise: order says inner.x is core/y, the
+    names' last words say core/x."""
+
+    @nn.compact
+    def __call__(self, v):
+        return nn.Dense(2, name="final")(Core(name="core")(v))
+
+
+def test_order_and_names_disagreeing_refuse_with_the_name_map_that_settles_it():
+    torch_net = TorchInner()
+    v = np.ones((1, 4), np.float32)
+    init = CoreNet().init(jax.random.key(0), jnp.asarray(v))
+    with pytest.raises(ValueError) as info:
+        parity.load_torch_weights(torch_net, init, model=CoreNet(), x=v)
+    msg = str(info.value)
+    assert "inner.x (Linear): core/y, core/x" in msg and 'name_map={"inner.x": "<path>"' in msg
+    # the advice, followed
+    loaded = parity.load_torch_weights(torch_net, init, model=CoreNet(), x=v,
+                                       name_map={"inner.x": "core/x"})
+    np.testing.assert_array_equal(loaded["params"]["core"]["x"]["kernel"],
+                                  torch_net.inner.x.weight.detach().numpy().T)
+    np.testing.assert_array_equal(loaded["params"]["core"]["y"]["kernel"],
+                                  torch_net.inner.y.weight.detach().numpy().T)
+
+
+class TorchIdentityBlock(torch.nn.Module):
+    """A block with an identity shortcut module called first and an identity at its end."""
+
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.shortcut = torch.nn.Identity()
+        self.conv = torch.nn.Conv2d(c_in, c_out, 1)
+        self.act = torch.nn.Identity()
+
+    def forward(self, x):
+        s = self.shortcut(x)
+        return self.act(self.conv(x)) + s.mean(1, keepdim=True)
+
+
+class IdentityBlock(nn.Module):
+    """The port: no shortcut module, the end's identity a module."""
+
+    c: int
+
+    @nn.compact
+    def __call__(self, x):
+        return Identity()(nn.Conv(self.c, (1, 1))(x)) + x.mean(-1, keepdims=True)
+
+
+class Identity(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return x
+
+
+class IdentityNet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = IdentityBlock(4)(x)
+        return IdentityBlock(8)(x)
+
+
+def test_an_identity_on_one_side_only_shifts_nothing_after_it():
+    """torch's shortcut of block 0 is left listed; each end identity pairs with its own
+    (the k-th of a kind would take block 1's for block 0's shortcut)."""
+    torch_net = torch.nn.Sequential(TorchIdentityBlock(3, 4), TorchIdentityBlock(4, 8)).double()
+    x = np.random.default_rng(2).standard_normal((2, 3, 5, 5))
+    report = parity.compare_layers(torch_net, IdentityNet(), None, x)
+    assert report.ok, report.format()
+    outputs = [(r.torch_name, r.flax_path) for r in report.rows if r.kind == "output"]
+    assert ("0.act", "IdentityBlock_0/Identity_0") in outputs
+    assert ("1.act", "IdentityBlock_1/Identity_0") in outputs
+    assert set(report.unpaired_torch) == {"0.shortcut", "1.shortcut"}
+    # the alignment, printable: what was paired, by which signal, what was left
+    assert "0.conv (Conv2d) -> IdentityBlock_0/Conv_0 [conv, by only fit]" in report.alignment
+    assert "0.act (Identity) -> IdentityBlock_0/Identity_0 (Identity) [aligned]" \
+        in report.alignment
+    assert "left unpaired, torch: 0.shortcut, 1.shortcut" in report.alignment
+
+
+class TorchTokens(torch.nn.Module):
+    """Raw parameters: a class token and position embeddings."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls_token = torch.nn.Parameter(torch.randn(1, 1, 4, dtype=torch.float64))
+        self.pos = torch.nn.Parameter(torch.randn(1, 3, 4, dtype=torch.float64))
+        self.proj = torch.nn.Linear(4, 4).double()
+
+    def forward(self, x):
+        return self.proj(torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos)
+
+
+class Tokens(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        cls = self.param("cls_token", nn.initializers.zeros, (1, 1, 4), jnp.float64)
+        pos = self.param("pos", nn.initializers.zeros, (1, 3, 4), jnp.float64)
+        x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, 4)), x], 1) + pos
+        return nn.Dense(4, name="proj", param_dtype=jnp.float64)(x)
+
+
+def test_raw_parameters_load_save_back_and_compare():
+    torch_net = TorchTokens()
+    x = np.random.default_rng(3).standard_normal((2, 2, 4))
+    report = parity.compare_layers(torch_net, Tokens(), None, x, channels_last=False)
+    assert report.ok, report.format()
+    grads = {r.torch_name for r in report.rows if r.kind == "gradient"}
+    assert {"cls_token", "pos"} <= grads
+    from parity.convert import x64
+
+    with x64():
+        init = Tokens().init(jax.random.key(0), jnp.asarray(x))
+    loaded = parity.load_torch_weights(torch_net, init)
+    np.testing.assert_array_equal(loaded["params"]["pos"], torch_net.pos.detach().numpy())
+    back = parity.to_torch_weights(loaded, TorchTokens())
+    torch.testing.assert_close(back.cls_token, torch_net.cls_token, rtol=0, atol=0)
