@@ -136,7 +136,10 @@ def test_global_max_pool_matches_torch(kind, channels_last, rng):
 
 
 def test_indices_are_int32_without_x64():
-    with jax.enable_x64(False):
+    enable_x64 = getattr(jax, "enable_x64", None)
+    if enable_x64 is None:  # older jax keeps it in jax.experimental
+        from jax.experimental import enable_x64
+    with enable_x64(False):
         _, indices = jaxpool.max_pool2d(jnp.ones((1, 1, 4, 4)), 2, return_indices=True)
     assert indices.dtype == jnp.int32
 
