@@ -271,9 +271,10 @@ VMA_SCRIPT = textwrap.dedent("""
 
 
 # The default run: the rules the halo cases above do not reach (adaptive max pooling's
-# one-hot tangent, the linear resampling primitive), 2-3 s each to compile; every op under
-# -m slow.
-VMA_DEFAULT = ("adaptive_max_pool2d 32 -> 24", "antialias 512 -> 224")
+# one-hot tangent, the window sums' row tangent, the linear resampling primitive), 3-5 s
+# each to compile; every op under -m slow.
+VMA_DEFAULT = ("adaptive_max_pool2d 32 -> 24", "adaptive_avg_pool2d 32 -> 3",
+               "antialias 512 -> 224")
 
 
 def _vma_check(tmp_path, names):
