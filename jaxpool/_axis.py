@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpool._avals import shaped_like
 from jaxpool.plan import PoolPlan
 from jaxpool.windows import AxisPlan
 
@@ -121,7 +122,7 @@ def _rows_tangent(t: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     pooled = t.shape[:axis] + (plan.out_size,) + t.shape[axis + 1:]
     holding = plan.windows_of_rows()
     spread = jax.linear_transpose(lambda c: _sum_rows(c, axis, holding),
-                                  jax.ShapeDtypeStruct(pooled, t.dtype))
+                                  shaped_like(t, pooled))
     return spread(t)[0]
 
 

@@ -427,8 +427,9 @@ _values_jit = jax.jit(_values, static_argnums=(1, 2))
 
 
 def _linear_resample_shape(x, *, axis: int, plan: AxisSampling):
-    return jax.core.ShapedArray(x.shape[:axis] + (plan.out_size,) + x.shape[axis + 1:],
-                                x.dtype)
+    # ``update`` keeps the input's dtype, sharding and, inside ``shard_map``, its per-device
+    # (varying) mesh axes, which a fresh ``ShapedArray`` would drop.
+    return x.update(shape=x.shape[:axis] + (plan.out_size,) + x.shape[axis + 1:])
 
 
 def _linear_resample_transpose(cotangent, x, *, axis: int, plan: AxisSampling):

@@ -23,6 +23,7 @@ import numpy as np
 from jax import lax
 
 from jaxpool import _resample
+from jaxpool._avals import shaped_like
 from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
 from jaxpool.sampling import AxisSampling
@@ -166,7 +167,7 @@ def _max_with_pick_tangents(x, steps, at_once: bool):
         (x,), (t,) = primals, tangents
         values, code = pick_codes(lax.stop_gradient(x), steps)
         spread = jax.linear_transpose(lambda c: _spread_picks(c, code, steps),
-                                      jax.ShapeDtypeStruct(values.shape, t.dtype))
+                                      shaped_like(t, values.shape))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
         return pool(x), spread(t)[0]
 
@@ -328,7 +329,7 @@ def _max_with_winner_tangents(x, axis: int, plan: AxisPlan, families, rule: str)
         spread = jax.linear_transpose(
             (lambda c: _sum_picks_rows(c, taps, axis, plan)) if rule == "rows"
             else (lambda c: _sum_picks(c, taps, axis, plan, families)),
-            jax.ShapeDtypeStruct(values.shape, t.dtype))
+            shaped_like(t, values.shape))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
         return pool(x), spread(t)[0]
 

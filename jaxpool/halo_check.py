@@ -164,7 +164,7 @@ def check_case(label, fn, shape, names, channels_last, whole=False, second=False
         if len(y_shape) != len(x_shape):
             out_spec = P(*([None] * len(y_shape)))
     sharded = jax.shard_map(lambda v: fn(v, names, channels_last), mesh=mesh, in_specs=spec,
-                            out_specs=out_spec, check_vma=False)
+                            out_specs=out_spec)
 
     def loss(f):
         def value(v):

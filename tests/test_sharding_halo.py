@@ -49,8 +49,7 @@ SCRIPT = textwrap.dedent("""
         ("one name per axis", lambda v: jaxpool.interpolate(v, scale_factor=2, axis_names=("a",)),
          (1, 1, 32, 4)),
     ]:
-        f = jax.shard_map(fn, mesh=mesh, in_specs=P(None, None, "a"), out_specs=P(None, None, "a"),
-                          check_vma=False)
+        f = jax.shard_map(fn, mesh=mesh, in_specs=P(None, None, "a"), out_specs=P(None, None, "a"))
         try:
             jax.eval_shape(f, jnp.zeros(shape))
             errors[name] = None
@@ -217,3 +216,91 @@ def test_plain_jit_wrapper_exchanges_only_halos(default_check):
     second = default_check["jit_second"]
     assert set(second["collectives"]) == {"collective-permute"}
     assert second["collectives"]["collective-permute"] <= 8 and second["diff"] < 1e-5
+
+
+# --- shard_map's default check of per-device (varying) mesh axes ------------------------
+
+VMA_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+    import jaxpool
+
+    def wide(v):  # 512 -> 224 with antialias: the linear resampling primitive
+        return jnp.tile(v, (1, 1, 1, 43))[..., :512]
+
+    ops = {
+        "max_pool2d 3/2/1": lambda v: jaxpool.max_pool2d(v, 3, 2, 1),
+        "max_pool2d 3/1/1 dilated": lambda v: jaxpool.max_pool2d(v, 3, 1, 1, dilation=2),
+        "avg_pool2d 3/2/1": lambda v: jaxpool.avg_pool2d(v, 3, 2, 1),
+        "lp_pool2d 2": lambda v: jaxpool.lp_pool2d(v, 2.0, 2),
+        "adaptive_max_pool2d 32 -> 24": lambda v: jaxpool.adaptive_max_pool2d(v, (24, 5)),
+        "adaptive_avg_pool2d 32 -> 3": lambda v: jaxpool.adaptive_avg_pool2d(v, (3, 5)),
+        "nearest x2": lambda v: jaxpool.interpolate(v, scale_factor=2, mode="nearest"),
+        "bilinear x2": lambda v: jaxpool.interpolate(v, scale_factor=2, mode="bilinear"),
+        "bicubic": lambda v: jaxpool.interpolate(v, size=(45, 7), mode="bicubic"),
+        "antialias 512 -> 224": lambda v: jaxpool.interpolate(wide(v), size=(14, 224),
+                                                              mode="bilinear", antialias=True),
+        "pad reflect": lambda v: jaxpool.pad(v, (2, 1, 3, 1), mode="reflect"),
+        "max_unpool2d": lambda v: jaxpool.max_unpool2d(
+            *jaxpool.max_pool2d(v, 2, return_indices=True), 2),
+    }
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    x = jax.random.normal(jax.random.key(0), (1, 2, 256, 12))
+    t = jnp.cos(x)
+    blocks = lambda a: jnp.moveaxis(a.reshape(1, 2, 8, 32, 12), 2, 0)  # noqa: E731
+    result = {}
+    for name in json.loads(sys.argv[2]) or ops:
+        fn = ops[name]
+
+        def all_three(v, u):
+            loss = lambda w: (jnp.sin(fn(w))).sum()  # noqa: E731
+            return fn(v), jax.grad(loss)(v), jax.jvp(fn, (v,), (u,))[1]
+        spec = P(None, None, "d")
+        try:  # check_vma: the default
+            got = jax.shard_map(all_three, mesh=mesh, in_specs=(spec, spec),
+                                out_specs=(spec, spec, spec))(x, t)
+        except Exception as err:  # noqa: BLE001 - the error is the finding
+            result[name] = f"{type(err).__name__}: {str(err)[:300]}"
+            continue
+        want = jax.vmap(all_three)(blocks(x), blocks(t))  # each device's block on its own
+        want = [jnp.concatenate(list(w), axis=2) for w in want]
+        result[name] = [float(jnp.max(jnp.abs(g - w))) for g, w in zip(got, want)]
+    json.dump(result, open(sys.argv[1], "w"))
+""")
+
+
+# The default run: the rules the halo cases above do not reach (adaptive max pooling's
+# one-hot tangent, the window sums' row tangent, the linear resampling primitive), 3-5 s
+# each to compile; every op under -m slow.
+VMA_DEFAULT = ("adaptive_max_pool2d 32 -> 24", "adaptive_avg_pool2d 32 -> 3",
+               "antialias 512 -> 224")
+
+
+def _vma_check(tmp_path, names):
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = tmp_path / "vma.json"
+    proc = subprocess.run([sys.executable, "-c", VMA_SCRIPT, str(out), json.dumps(names)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.exists(), f"the check wrote nothing:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    result = json.loads(out.read_text())
+    failed = {k: v for k, v in result.items() if isinstance(v, str)}
+    assert not failed, failed
+    for name, (value, grad, tangent) in result.items():
+        assert value == 0 and grad < 1e-5 and tangent < 1e-5, (name, value, grad, tangent)
+    return result
+
+
+def test_derivatives_pass_shard_maps_default_check(tmp_path):
+    """Values, gradients and tangents inside ``shard_map`` with ``check_vma=True`` (its
+    default), equal to each device's block computed on its own: each derivative rule's new
+    arrays carry their inputs' per-device mesh axes."""
+    assert set(_vma_check(tmp_path, list(VMA_DEFAULT))) == set(VMA_DEFAULT)
+
+
+@pytest.mark.slow
+def test_every_op_passes_shard_maps_default_check(tmp_path):
+    assert len(_vma_check(tmp_path, [])) == 12
