@@ -41,8 +41,10 @@ class Pool:
     def __call__(self, x: ArrayLike) -> Any:
         """Pools ``x`` (layout and result as in the class docstring): an array, or
         ``(values, indices)`` with ``return_indices=True``."""
-        # The fields are the function's arguments after x, under the same names.
-        names = list(inspect.signature(self.function).parameters)[1:]
+        # The fields are the function's arguments after x, under the same names, but for
+        # axis_names (per-device code inside shard_map calls the functions themselves).
+        names = [n for n in list(inspect.signature(self.function).parameters)[1:]
+                 if n != "axis_names"]
         return self.function(x, **{name: getattr(self, name) for name in names})
 
 
