@@ -141,11 +141,16 @@ def test_the_short_grid_is_the_default_and_the_full_one_is_asked_for():
     assert "reduce_window" not in default.sides  # a candidate is timed only when asked for
 
 
+# One case in the default run; the other window kinds repeat it under -m slow (the GPU
+# table's reduce_window strategy, jaxpool's own, is checked against torch by
+# tests/test_strategy_table.py).
 @pytest.mark.parametrize("case", [
     grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
-    grid.avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
-    grid.adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
-    grid.global_((2, 3, 5, 5), channels_last=True),
+    pytest.param(grid.avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
+                 marks=pytest.mark.slow),
+    pytest.param(grid.adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
+                 marks=pytest.mark.slow),
+    pytest.param(grid.global_((2, 3, 5, 5), channels_last=True), marks=pytest.mark.slow),
 ], ids=lambda c: c.label)
 def test_the_reduce_window_candidate_is_torch_exact_on_equal_windows(case):
     out = runner.run_case(case, {"reduce_window": None, "torch": None}, runner.Device(),
@@ -161,6 +166,7 @@ def test_the_reduce_window_candidate_skips_ragged_windows():
     assert out[0]["sides"]["reduce_window"]["status"] == "unsupported"
 
 
+@pytest.mark.slow  # the eager modes' timing machinery; benchmarks.eager's own cells
 def test_eager_modes_time_first_and_repeat_calls_against_jit_and_torch(tmp_path):
     case = grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True)
     out = runner.run_case(case, {"jaxpool": None, "torch": None, "torch-1t": None, "floor": None,

@@ -229,7 +229,7 @@ def test_an_inf_at_a_zero_weight_is_nan_as_in_torch():
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [pytest.param(np.float32, marks=pytest.mark.slow), np.float64])
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_inf_at_an_integer_source_index_as_in_torch(mode, dtype):
     """torch computes the source index ``scale * (i + 0.5) - 0.5`` as one fused
