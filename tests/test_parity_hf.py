@@ -16,7 +16,10 @@ under ``slow``.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import sys
 import types
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -179,23 +182,14 @@ def test_a_planted_epsilon_change_is_named_first(request, case, mode):
 # --------------------------------------------------------------------------- jax-resnet
 
 
-class TorchBasicBlock(torch.nn.Module):
-    """torchvision's BasicBlock, written here (torchvision is not a dependency)."""
-
-    def __init__(self, c_in, c_out, stride):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(c_out)
-        self.relu = torch.nn.ReLU(inplace=True)
-        self.conv2 = torch.nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-        self.bn2 = torch.nn.BatchNorm2d(c_out)
-        self.downsample = (torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                               torch.nn.BatchNorm2d(c_out))
-                           if stride != 1 or c_in != c_out else None)
-
-    def forward(self, x):
-        y = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+def _torch_basic_block():
+    """examples/port_resnet.py's torchvision BasicBlock (torchvision is not a dependency)."""
+    if "port_resnet" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "examples" / "port_resnet.py"
+        spec = importlib.util.spec_from_file_location("port_resnet", path)
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # linen looks it up
+        spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules["port_resnet"].TorchBasicBlock
 
 
 class TorchResNet(torch.nn.Module):
@@ -209,6 +203,7 @@ class TorchResNet(torch.nn.Module):
         self.relu = torch.nn.ReLU(inplace=True)
         self.maxpool = torch.nn.MaxPool2d(3, 2, 1)
         c = 64
+        TorchBasicBlock = _torch_basic_block()
         for i, (blocks, width) in enumerate(stages):
             layer = []
             for b in range(blocks):
