@@ -14,7 +14,8 @@ sum(y**2)), `gradgrad` (gradient of that gradient's squared norm) under jax.jit,
 negation of (input + output) / 2 float32 elements, which reads and writes the bytes the
 forward must, once each: this machine's memory bandwidth for the cell. Candidate strategies: jaxpool
 with every axis forced to the matrix product (`jaxpool-matrix`) or to strided slices per
-phase (`jaxpool-phases`), on the cells whose scale allows both.
+phase (`jaxpool-phases`), on the cells where that changes an axis's strategy (elsewhere the
+side would run the default's own program).
 
 The compile-time table: each mode's forward and gradient programs traced, lowered and
 compiled at a scale of 2 (its simplest program) and at arbitrary scales and extents (Mask
@@ -180,8 +181,13 @@ def _sides(cell: Cell) -> dict:
         kinds = set(plan.strategies)
         if (kinds & {"phases", "selections", "window-sums", "matrix"}
                 and not all(p.copies for p in plan.axes)):
+            default = plan.strategies
             for strategy in ("matrix", "phases"):
-                sides[f"jaxpool-{strategy}"] = (_jaxpool_op(cell), strategy)
+                # a forced side that would take the default's strategy on every axis runs
+                # the default's program: timing it again only adds noise
+                with forced(strategy):
+                    if plan.strategies != default:
+                        sides[f"jaxpool-{strategy}"] = (_jaxpool_op(cell), strategy)
     image = _jax_image(cell)
     if image is not None:
         sides["jax.image"] = (image, None)
