@@ -73,6 +73,12 @@ CASES = [
     ("max_pool2d 3/2/1 on H and W", "max_pool2d", _op(jaxpool.max_pool2d, 3, 2, 1), (2, 3, 16, 8), (A, B)),
     ("max_pool3d 2 dilated", "max_pool3d", _op(jaxpool.max_pool3d, 2, 2, 1, 2), (1, 2, 32, 6, 5), (A, None, None)),
     ("max_pool1d 3/2/1 values + indices", "max_pool1d", _with_indices, (2, 3, 32), (A,)),
+    # ceil mode: the last device's last window runs past the input and is clipped there
+    ("avg_pool2d 3/2 ceil no-pad-count", "avg_pool2d",
+     _op(jaxpool.avg_pool2d, 3, 2, 0, ceil_mode=True, count_include_pad=False), (2, 3, 32, 6), (A, None)),
+    ("max_pool3d 3/2 ceil on D", "max_pool3d", _op(jaxpool.max_pool3d, 3, 2, 0, ceil_mode=True),
+     (1, 2, 16, 5, 5), (A, None, None)),
+    ("lp_pool1d p2 3/2 ceil", "lp_pool1d", _op(jaxpool.lp_pool1d, 2, 3, 2, ceil_mode=True), (2, 3, 32), (A,)),
     ("adaptive_avg_pool2d 32 -> 8", "adaptive_avg_pool2d", _op(jaxpool.adaptive_avg_pool2d, (8, 3)), (2, 3, 32, 6), (A, None)),
     ("adaptive_avg_pool2d 32 -> 24 (ragged)", "adaptive_avg_pool2d",
      _op(jaxpool.adaptive_avg_pool2d, (24, 3)), (2, 3, 32, 6), (A, None)),
