@@ -166,6 +166,9 @@ def test_fields_are_torch_nn_arguments_in_its_order_then_channels_last(api, name
     assert ">>>" in cls.__doc__ and cls.__doc__ == getattr(_modules, name).__doc__
 
 
+# tests/test_docs.py runs each of these examples in the default run (with
+# NORMALIZE_WHITESPACE); this repeats them as written, whitespace and all.
+@pytest.mark.slow
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
