@@ -1,4 +1,4 @@
-"""Every ```python block of README.md runs as written, each on its own in a fresh interpreter
+"""Every ```python block of README.md runs as written, each on its own in a fresh process
 (a reader copies one snippet, not the page, so each must carry its own imports and data):
 forked from one that has imported the packages the snippets share (see fresh_process)."""
 
