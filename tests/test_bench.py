@@ -1,5 +1,6 @@
 """The benchmark tool, run on tiny shapes: it checks before it times, and writes its reports."""
 
+import gc
 import json
 import pathlib
 import sys
@@ -12,6 +13,16 @@ torch = pytest.importorskip("torch")
 # The benchmark lives beside the package, in the repository, not in the installed wheel.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from benchmarks import cli, grid, report, runner, sides  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _old_objects_frozen():
+    """The timing loop collects garbage before it times (``runner.measure``); with JAX, torch
+    and the suite's objects on the heap each collection took about half a second. Freezing
+    what exists before the test leaves the collections to the test's own objects."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):

@@ -111,9 +111,18 @@ def _to_torch_layout(a, channels_last):
     return np.moveaxis(np.asarray(a), -1, 1) if channels_last and a.ndim > 2 else np.asarray(a)
 
 
-@pytest.mark.parametrize("api", ["linen", "nnx"])
+# Both APIs' modules wrap the same functions: the default run takes each module of each API
+# in one layout, linen's channels-last and nnx's channels-first, so that every module runs in
+# both layouts and every API in both; -m slow adds the two other pairs.
+API_LAYOUTS = [("linen", True), ("nnx", False),
+               pytest.param("linen", False, marks=pytest.mark.slow),
+               pytest.param("nnx", True, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("api,channels_last", API_LAYOUTS)
 @pytest.mark.parametrize("name,args,kwargs,shape", MODULES, ids=NAMES)
-def test_module_equals_torch_module_in_a_jitted_model(api, name, args, kwargs, shape, rng, x64):
+def test_module_equals_torch_module_in_a_jitted_model(api, channels_last, name, args, kwargs,
+                                                      shape, rng, x64):
     x = rng.standard_normal(shape)
     if name.startswith("LP"):
         x = np.abs(x) + 0.1  # torch's LP pooling of a negative power sum is NaN
@@ -122,21 +131,18 @@ def test_module_equals_torch_module_in_a_jitted_model(api, name, args, kwargs, s
     expected_outs, cotangent, expected_grad = _torch_reference(
         _torch_module(name, args, kwargs), x, rng)
     cls = getattr(getattr(jaxpool, api), name)
-    for channels_last in (True, False):
-        # The modules default to channels-last: say channels_last only to turn it off.
-        module = (cls(*args, **kwargs) if channels_last
-                  else cls(*args, **kwargs, channels_last=False))
-        out, grad = _jitted_model(api, module)(jnp.asarray(_to_layout(x, channels_last)),
-                                               jnp.asarray(_to_layout(cotangent, channels_last)))
-        outs = out if isinstance(out, tuple) else (out,)
-        assert len(outs) == len(expected_outs)
-        np.testing.assert_allclose(_to_torch_layout(outs[0], channels_last), expected_outs[0],
-                                   rtol=1e-12, atol=1e-12)
-        if len(outs) == 2:  # indices: exactly torch's
-            np.testing.assert_array_equal(_to_torch_layout(outs[1], channels_last),
-                                          expected_outs[1])
-        np.testing.assert_allclose(_to_torch_layout(grad, channels_last), expected_grad,
-                                   rtol=1e-12, atol=1e-12)
+    # The modules default to channels-last: say channels_last only to turn it off.
+    module = cls(*args, **kwargs) if channels_last else cls(*args, **kwargs, channels_last=False)
+    out, grad = _jitted_model(api, module)(jnp.asarray(_to_layout(x, channels_last)),
+                                           jnp.asarray(_to_layout(cotangent, channels_last)))
+    outs = out if isinstance(out, tuple) else (out,)
+    assert len(outs) == len(expected_outs)
+    np.testing.assert_allclose(_to_torch_layout(outs[0], channels_last), expected_outs[0],
+                               rtol=1e-12, atol=1e-12)
+    if len(outs) == 2:  # indices: exactly torch's
+        np.testing.assert_array_equal(_to_torch_layout(outs[1], channels_last), expected_outs[1])
+    np.testing.assert_allclose(_to_torch_layout(grad, channels_last), expected_grad,
+                               rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("api", ["linen", "nnx"])
@@ -160,6 +166,9 @@ def test_fields_are_torch_nn_arguments_in_its_order_then_channels_last(api, name
     assert ">>>" in cls.__doc__ and cls.__doc__ == getattr(_modules, name).__doc__
 
 
+# tests/test_docs.py runs each of these examples in the default run (with
+# NORMALIZE_WHITESPACE); this repeats them as written, whitespace and all.
+@pytest.mark.slow
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)

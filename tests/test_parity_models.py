@@ -156,20 +156,24 @@ def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_port_agrees_in_both_precisions_and_modes(tmp_path):
-    proc = run("--batch", "1", "--size", "32", "--width", "16", "--out", str(tmp_path))
+def test_port_agrees_in_both_precisions_and_modes(tmp_path, capsys):
+    # In this process, as the planted-bug test below: a fresh interpreter only added the
+    # seconds of its imports (test_the_example_runs_as_a_script runs the file itself).
+    code = _main()(["--batch", "1", "--size", "32", "--width", "16", "--out", str(tmp_path)])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout
     reports = json.loads((tmp_path / "port_resnet.json").read_text())
     assert list(reports) == ["float64 chained", "float64 shadow", "float32 chained",
                              "float32 shadow"]
     for key, report in reports.items():
         dtype, mode = key.split()
-        assert f"agree with torch ({dtype}, eval mode, {mode}" in proc.stdout, proc.stdout
+        assert f"agree with torch ({dtype}, eval mode, {mode}" in stdout, stdout
         rows = report["rows"]
         assert report["ok"] and report["mode"] == mode and rows[0]["kind"] == "weight"
         assert {r["torch_name"] for r in rows} >= {"maxpool", "avgpool", "fc", "fc.weight",
                                                    "conv1.weight", ""}
         assert report["reference"] == ("torch" if dtype == "float64" else "torch float64")
-    assert "52 layer outputs, 62 gradients, 52 input gradients agree" in proc.stdout
+    assert "52 layer outputs, 62 gradients, 52 input gradients agree" in stdout
 
 
 def _main():
@@ -189,6 +193,12 @@ def test_planted_bug_is_the_first_divergence_in_both_modes(capsys):
     assert "FAIL <- first divergence" in out
     assert "first divergence: float32 chained layer2.0.bn2, float32 shadow layer2.0.bn2 " \
            "(found)" in out
+
+
+@pytest.mark.slow  # the example's own code runs in the tests above, in this process
+def test_the_example_runs_as_a_script():
+    names = run("--list-layers").stdout.split()
+    assert names[:3] == ["conv1", "bn1", "maxpool"] and "layer4.1.bn2" in names
 
 
 def test_layer_names(capsys):

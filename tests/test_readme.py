@@ -1,13 +1,13 @@
-"""Every ```python block of README.md runs as written, each on its own in a fresh interpreter
-(a reader copies one snippet, not the page, so each must carry its own imports and data)."""
+"""Every ```python block of README.md runs as written, each on its own in a fresh process
+(a reader copies one snippet, not the page, so each must carry its own imports and data):
+forked from one that has imported the packages the snippets share (see fresh_process)."""
 
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+from fresh_process import ScriptRunner
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -31,13 +31,19 @@ def test_blocks_are_found_as_written():
     assert python_blocks(text) == [(2, "import a\n"), (8, "b = 1\n\nc = 2\n")]
 
 
+@pytest.fixture(scope="module")
+def run_script():
+    runner = ScriptRunner({**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"})
+    yield runner
+    runner.close()
+
+
 @pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
-def test_snippet_runs_on_its_own(line, code, tmp_path):
+def test_snippet_runs_on_its_own(line, code, tmp_path, run_script):
     script = tmp_path / f"readme_line_{line}.py"
     script.write_text(code)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, (
+    returncode = run_script(script)
+    stderr = (tmp_path / "stderr").read_text()
+    assert returncode == 0, (
         f"the snippet at README.md:{line} fails when run on its own:\n{code}\n"
-        f"--- stderr ---\n{result.stderr[-3000:]}")
+        f"--- stderr ---\n{stderr[-3000:]}")
