@@ -68,7 +68,8 @@ def main(argv=None) -> int:
 
     xs, ys = make_shapes(args.batch_size, seed=args.seed)
     xs, ys = jnp.asarray(xs), jnp.asarray(ys)
-    params = model.init(jax.random.key(args.seed), xs[0])
+    # Jitted: Flax's init run eagerly compiles every op on its own (the same values).
+    params = jax.jit(model.init)(jax.random.key(args.seed), xs[0])
     print(f"ShapesNet, {args.batch_size} unbatched examples of shape {list(xs.shape[1:])}")
 
     vmapped = jax.block_until_ready(per_example_grads(params, xs, ys))

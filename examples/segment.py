@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     torch_model = TorchSegNet(args.width).double()
     model = SegNet(args.width)
     example = jnp.ones((1, args.size, args.size, 1))
-    init = model.init(jax.random.key(0), example)
+    # Jitted: Flax's init run eagerly compiles every op on its own (the same values).
+    init = jax.jit(model.init)(jax.random.key(0), example)
     variables = parity.load_torch_weights(torch_model, init, model=model, x=example)
     before = pixel_accuracy(model, variables, test_images, test_labels)
     variables, losses = train(model, variables, images, labels, args.steps, args.batch_size,

@@ -9,7 +9,8 @@ the batch axis and on the channel axis, in both layouts, and searches the compil
 for collectives (all-gather, all-reduce, collective-permute, all-to-all, reduce-scatter).
 Pooling mixes values only within one (example, channel) plane, so there must be none. Two
 control cases that do need communication show that the search finds collectives when they
-are there.
+are there. With --joint each forward and its backward are compiled as one program (half the
+compiles; a collective in either direction still shows, in one column for both).
 
 Without accelerators, XLA can present the CPU as several devices; the script asks for 8 if
 XLA_FLAGS does not already set a count:
@@ -75,7 +76,8 @@ def train_sharded(mesh: Mesh, steps: int, batch: int, seed: int) -> dict:
 
     data = NamedSharding(mesh, P("data"))      # [B, H, W, C]: split B over the mesh
     replicated = NamedSharding(mesh, P())
-    params0 = model.init(jax.random.key(seed), x_all[:1])
+    # Jitted: Flax's init run eagerly compiles every op on its own (the same values).
+    params0 = jax.jit(model.init)(jax.random.key(seed), x_all[:1])
     opt0 = tx.init(params0)
 
     sharded_step = jax.jit(step, in_shardings=(replicated, replicated, data, data),
@@ -198,30 +200,42 @@ def _channel_axis(ndim: int, channels_last: bool) -> int:
     return ndim - 1 if channels_last else 1
 
 
-def compile_pair(mesh, fn, x, in_axis: int, out_axis_of):
-    """Compiled texts of fn's forward and VJP with x sharded on in_axis, outputs sharded to match."""
+def compile_pair(mesh, fn, x, in_axis: int, out_axis_of, joint: bool = False):
+    """Compiled texts of fn's forward and VJP with x sharded on in_axis, outputs sharded to match:
+    two programs, or with ``joint`` one program returning both (one text)."""
     x_sh = NamedSharding(mesh, _spec(x.ndim, in_axis))
     y = jax.eval_shape(fn, x)
     y_sh = NamedSharding(mesh, _spec(y.ndim, out_axis_of(y.ndim)))
-    fwd = jax.jit(fn, in_shardings=x_sh, out_shardings=y_sh)
+    ct = jax.ShapeDtypeStruct(y.shape, y.dtype)  # shapes only: compiling needs no values
 
     def bwd(x, ct):
         return jax.vjp(fn, x)[1](ct)[0]
 
+    if joint:
+        both = jax.jit(lambda x, ct: (fn(x), bwd(x, ct)), in_shardings=(x_sh, y_sh),
+                       out_shardings=(y_sh, x_sh))
+        return (both.lower(x, ct).compile().as_text(),)
+    fwd = jax.jit(fn, in_shardings=x_sh, out_shardings=y_sh)
     bwd = jax.jit(bwd, in_shardings=(x_sh, y_sh), out_shardings=x_sh)
-    ct = jnp.zeros(y.shape, y.dtype)
     return (fwd.lower(x).compile().as_text(), bwd.lower(x, ct).compile().as_text())
 
 
-def collective_check(mesh) -> dict:
-    """Collectives in every (op, layout, sharded axis, direction), plus the controls."""
+# The programs' names in the result: per direction, or one program holding both.
+DIRECTIONS = {False: ("forward", "backward"), True: ("forward+backward",)}
+
+
+def collective_check(mesh, joint: bool = False) -> dict:
+    """Collectives in every (op, layout, sharded axis, direction), plus the controls; with
+    ``joint``, forward and backward are compiled as one program (half the compiles: a
+    collective in either shows, without saying which direction needs it)."""
+    directions = DIRECTIONS[joint]
     rows = []
     jobs = [(c, cl, ax) for c in CASES for cl in (False, True) for ax in ("batch", "channel")]
     for (label, op, shape, kw), channels_last, axis_name in tqdm(
-            jobs, desc="compiling sharded forward and backward", unit="case"):
+            jobs, desc=f"compiling sharded {' and '.join(directions)}", unit="case"):
         if channels_last:
             shape = (shape[0], *shape[2:], shape[1])
-        x = jnp.zeros(shape, jnp.float32)
+        x = jax.ShapeDtypeStruct(shape, jnp.float32)
         fn = (lambda op, kw, cl: lambda v: op(v, **kw, channels_last=cl))(op, kw, channels_last)
         if axis_name == "batch":
             in_axis, out_axis_of = 0, (lambda n: 0)
@@ -230,39 +244,45 @@ def collective_check(mesh) -> dict:
             out_axis_of = (lambda cl: lambda n: _channel_axis(n, cl))(channels_last)
             if op in (jaxpool.global_avg_pool, jaxpool.global_max_pool):  # [B, C] either way
                 out_axis_of = lambda n: 1  # noqa: E731
-        fwd, bwd = compile_pair(mesh, fn, x, in_axis, out_axis_of)
+        texts = compile_pair(mesh, fn, x, in_axis, out_axis_of, joint)
         rows.append({"op": op.__name__, "case": label,
                      "layout": "channels_last" if channels_last else "channels_first",
-                     "sharded": axis_name, "forward": collectives(fwd), "backward": collectives(bwd)})
+                     "sharded": axis_name,
+                     **{d: collectives(t) for d, t in zip(directions, texts)}})
 
     # Controls: ops that do need communication, so the search must find it.
-    x = jnp.zeros((16, 16, 16, 16), jnp.float32)
-    sum_fwd, _ = compile_pair(mesh, lambda v: v.sum(axis=0), x, 0, lambda n: 0)
-    spatial_fwd, spatial_bwd = compile_pair(
-        mesh, lambda v: jaxpool.avg_pool2d(v, 3, stride=1, padding=1), x, 2, lambda n: 2)
-    controls = {
-        "sum over the sharded batch axis": collectives(sum_fwd),
-        "avg_pool2d k3 s1 p1, sharded on height (windows cross shards), forward": collectives(spatial_fwd),
-        "same, backward": collectives(spatial_bwd),
-    }
-    return {"devices": int(mesh.devices.size), "rows": rows, "controls": controls}
+    x = jax.ShapeDtypeStruct((16, 16, 16, 16), jnp.float32)
+    sum_fwd = compile_pair(mesh, lambda v: v.sum(axis=0), x, 0, lambda n: 0)[0]
+    spatial = compile_pair(
+        mesh, lambda v: jaxpool.avg_pool2d(v, 3, stride=1, padding=1), x, 2, lambda n: 2, joint)
+    controls = {"sum over the sharded batch axis": collectives(sum_fwd)}
+    if joint:
+        controls["avg_pool2d k3 s1 p1, sharded on height (windows cross shards), forward and "
+                 "backward in one program"] = collectives(spatial[0])
+    else:
+        controls["avg_pool2d k3 s1 p1, sharded on height (windows cross shards), forward"] = \
+            collectives(spatial[0])
+        controls["same, backward"] = collectives(spatial[1])
+    return {"devices": int(mesh.devices.size), "directions": list(directions), "rows": rows,
+            "controls": controls}
 
 
 def print_check(result: dict) -> bool:
     from rich.console import Console
     from rich.table import Table
 
+    directions = result["directions"]
     table = Table(title=f"collectives in compiled programs, inputs sharded over {result['devices']} devices")
-    for col in ("op", "layout", "sharded axis", "forward", "backward"):
+    for col in ("op", "layout", "sharded axis", *directions):
         table.add_column(col)
     clean = True
     for r in result["rows"]:
-        clean &= not r["forward"] and not r["backward"]
+        clean &= not any(r[d] for d in directions)
         table.add_row(r["case"], r["layout"].replace("_", "-"), r["sharded"],
-                      ", ".join(r["forward"]) or "none", ", ".join(r["backward"]) or "none")
+                      *(", ".join(r[d]) or "none" for d in directions))
     console = Console(width=120)
     console.print(table)
-    n = 2 * len(result["rows"])
+    n = len(directions) * len(result["rows"])
     found = all(result["controls"].values())
     print(f"{n} compiled programs, {'no collective in any' if clean else 'COLLECTIVES FOUND'}")
     for name, found_here in result["controls"].items():
@@ -278,6 +298,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-train", action="store_true", help="skip part 1 (training)")
     p.add_argument("--no-collective-check", action="store_true", help="skip part 2")
+    p.add_argument("--joint", action="store_true",
+                   help="part 2: compile each forward and its backward as one program (half "
+                        "the compiles; the table then has one column for both)")
     p.add_argument("--out", type=Path, default=Path("out"),
                    help="folder for sharded_metrics.json (default: out/)")
     args = p.parse_args(argv)
@@ -295,7 +318,7 @@ def main(argv=None) -> int:
     if not args.no_train:
         metrics["train"] = train_sharded(mesh, args.steps, args.batch_size, args.seed)
     if not args.no_collective_check:
-        result = collective_check(mesh)
+        result = collective_check(mesh, args.joint)
         ok = print_check(result)
         metrics["collective_check"] = result
         metrics["collective_check_ok"] = ok

@@ -112,7 +112,8 @@ def main(argv=None) -> int:
         params, fn = torchax.extract_jax(model, env)
         step = jax.jit(jax.value_and_grad(loss_of(fn)))
         lowered = step.lower(params, jnp.asarray(x0), jnp.asarray(y0))
-        _, grads = lowered.compile()(params, jnp.asarray(x0), jnp.asarray(y0))
+        compiled = lowered.compile()
+        _, grads = compiled(params, jnp.asarray(x0), jnp.asarray(y0))
         worst = max(float(np.max(np.abs(np.asarray(grads[n]) - torch_grads[n].numpy())))
                     for n in names)
         found = counts(lowered.as_text())
@@ -120,9 +121,8 @@ def main(argv=None) -> int:
         print(f"{label:18s} gradient vs torch: max abs error {worst:.1e}; jitted step: "
               + ", ".join(f"{v} {k}" for k, v in found.items()))
 
-    # Train with jaxpool installed (it stays installed from the last pass above).
-    params, fn = torchax.extract_jax(model, env)
-    step = jax.jit(jax.value_and_grad(loss_of(fn)))
+    # Train with jaxpool installed: the last pass's parameters and its compiled step.
+    step = compiled
     losses = []
     for i in range(args.steps):
         batch = slice(i * args.batch_size, (i + 1) * args.batch_size)

@@ -1,7 +1,11 @@
-"""Every jaxpool op, sharded on the batch or the channel axis, compiles without collectives.
+"""Every jaxpool op, sharded on the batch or the channel axis, compiles without collectives;
+data-parallel training matches one device.
 
-The check is `examples/sharded.py`'s: it needs eight host devices, which XLA fixes when JAX
-starts, so it runs in a subprocess with XLA_FLAGS set (this process's JAX is untouched).
+Both are `examples/sharded.py`'s, run end to end in one subprocess: it needs eight host
+devices, which XLA fixes when JAX starts, so it runs with XLA_FLAGS set (this process's JAX
+is untouched). The default run compiles each op's forward and backward as one program
+(``--joint``: a collective in either direction shows in it); -m slow also runs the
+script's own per-direction check (forward and backward compiled apart, as users run it).
 """
 
 from __future__ import annotations
@@ -24,19 +28,29 @@ OPS = sorted({getattr(jaxpool, n).__name__ for n in jaxpool.__all__
               if n not in ("shapes", "linen", "nnx")})
 
 
-@pytest.fixture(scope="module")
-def check(tmp_path_factory) -> dict:
+@pytest.fixture(scope="module", params=[
+    "joint", pytest.param("per-direction", marks=pytest.mark.slow)])
+def check(request, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("sharded")
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # A short training (part 1) in the same process as the collective check (part 2).
+    args = ["--steps", "3", "--batch-size", "16", "--out", str(out)]
+    if request.param == "joint":
+        args.append("--joint")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "sharded.py"), "--no-train", "--out", str(out)],
+        [sys.executable, str(ROOT / "examples" / "sharded.py"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     metrics_file = out / "sharded_metrics.json"
     assert metrics_file.exists(), f"sharded.py wrote no metrics:\n{proc.stdout}\n{proc.stderr}"
-    return {"proc": proc, **json.loads(metrics_file.read_text())}
+    return {"proc": proc, "mode": request.param, **json.loads(metrics_file.read_text())}
+
+
+def found(row: dict, directions) -> dict:
+    """The collectives of a row's compiled programs, by direction, where there are any."""
+    return {d: row[d] for d in directions if row[d]}
 
 
 def test_runs_on_eight_devices(check):
@@ -52,12 +66,17 @@ def test_every_op_layout_and_axis_is_covered(check):
     assert any("ragged" in r["case"] for r in rows if r["op"] == "adaptive_avg_pool2d")
 
 
+def test_directions_are_the_modes(check):
+    want = {"joint": ["forward+backward"], "per-direction": ["forward", "backward"]}
+    assert check["collective_check"]["directions"] == want[check["mode"]]
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_no_collectives(check, op):
-    bad = [f"{r['case']} [{r['layout']}, {r['sharded']}-sharded]: "
-           f"forward {r['forward'] or '-'}, backward {r['backward'] or '-'}"
+    directions = check["collective_check"]["directions"]
+    bad = [f"{r['case']} [{r['layout']}, {r['sharded']}-sharded]: {found(r, directions)}"
            for r in check["collective_check"]["rows"]
-           if r["op"] == op and (r["forward"] or r["backward"])]
+           if r["op"] == op and found(r, directions)]
     assert not bad, "collectives in compiled programs:\n" + "\n".join(bad)
 
 
@@ -65,8 +84,18 @@ def test_search_finds_collectives_where_they_are_needed(check):
     # If the search were broken, test_no_collectives would pass vacuously.
     controls = check["collective_check"]["controls"]
     assert controls and all(controls.values()), controls
+    assert len(controls) == 1 + len(check["collective_check"]["directions"]), controls
 
 
 def test_script_verdict_matches(check):
-    clean = all(not r["forward"] and not r["backward"] for r in check["collective_check"]["rows"])
+    directions = check["collective_check"]["directions"]
+    clean = not any(found(r, directions) for r in check["collective_check"]["rows"])
     assert (check["proc"].returncode == 0) == clean, check["proc"].stderr[-2000:]
+
+
+def test_sharded_training(check):
+    # Part 1 of the same run: sharded steps agree with the same steps on one device.
+    m = check["train"]
+    assert check["devices"] == 8 and "sharded as P('data',)" in check["proc"].stdout
+    assert m["steps"] == 3
+    assert m["first_step_param_diff"] < 1e-5 and m["max_loss_diff"] < 1e-4

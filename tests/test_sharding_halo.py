@@ -2,8 +2,10 @@
 equal the unsharded call's, and the compiled programs exchange only halos.
 
 Eight host devices are fixed when JAX starts, so the sharded checks run in a subprocess
-with XLA_FLAGS set (``python -m jaxpool.halo_check``'s cases); the halo arithmetic is
-plain Python and is tested here directly.
+with XLA_FLAGS set (``python -m jaxpool.halo_check``'s cases, the bad-sharding errors, the
+plain-jit wrapper and shard_map's default check of per-device axes, all in one process:
+one module fixture for the default run, one for -m slow); the halo arithmetic is plain
+Python and is tested here directly.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ SCRIPT = textwrap.dedent("""
     import jaxpool
     from jaxpool import halo_check
 
-    labels, layouts, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    config, out = json.loads(sys.argv[1]), sys.argv[2]
+    labels, layouts = config["labels"], config["layouts"]
     cases = [c for c in halo_check.CASES if labels is None or c[0] in labels]
     rows = halo_check.run(cases, layouts=tuple(layouts))
     mesh = Mesh(np.array(jax.devices()), ("a",))
@@ -69,26 +72,36 @@ SCRIPT = textwrap.dedent("""
     jit_second = {"collectives": halo_check.collectives(second.lower(x).compile().as_text()),
                   "diff": halo_check._diff(second(x), ref(x))}
     json.dump({"devices": len(jax.devices()), "rows": rows, "errors": errors,
-               "jit_rows": jit_rows, "jit_second": jit_second}, open(out, "w"))
+               "jit_rows": jit_rows, "jit_second": jit_second,
+               "vma": vma_check(config["vma"])}, open(out, "w"))  # vma_check: VMA_SCRIPT's
 """)
 
 
-def _run(tmp_path, labels, layouts) -> dict:
+def _run(tmp_path, labels, layouts, vma) -> dict:
+    """One subprocess on 8 host devices: the halo cases named in ``labels`` (None: all) in
+    ``layouts``, the error and plain-jit checks, and shard_map's default check of the ops
+    named in ``vma`` (an empty list: all)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = tmp_path / "halo.json"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(labels), json.dumps(layouts),
-                           str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1800)
+    config = {"labels": labels, "layouts": layouts, "vma": vma}
+    proc = subprocess.run([sys.executable, "-c", VMA_SCRIPT + SCRIPT, json.dumps(config), str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=2700)
     assert out.exists(), f"the sharded check wrote nothing:\n{proc.stdout}\n{proc.stderr[-4000:]}"
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
 def default_check(tmp_path_factory) -> dict:
-    return _run(tmp_path_factory.mktemp("halo"), list(DEFAULT), [False])
+    return _run(tmp_path_factory.mktemp("halo"), list(DEFAULT), [False], list(VMA_DEFAULT))
+
+
+@pytest.fixture(scope="module")
+def full_check(tmp_path_factory) -> dict:
+    """Every case in both layouts, every op under shard_map's default check (-m slow)."""
+    return _run(tmp_path_factory.mktemp("halo_full"), None, [False, True], [])
 
 
 def _check_rows(rows):
@@ -134,8 +147,10 @@ def test_bad_sharding_raises_naming_the_argument(default_check):
 
 
 @pytest.mark.slow
-def test_every_case_both_layouts(tmp_path):
-    result = _run(tmp_path, None, [False, True])
+def test_every_case_both_layouts(full_check):
+    from jaxpool.halo_check import CASES
+    result = full_check
+    assert len(result["rows"]) == 2 * len(CASES)
     assert not _check_rows(result["rows"]), "\n".join(_check_rows(result["rows"]))
 
 
@@ -221,7 +236,6 @@ def test_plain_jit_wrapper_exchanges_only_halos(default_check):
 # --- shard_map's default check of per-device (varying) mesh axes ------------------------
 
 VMA_SCRIPT = textwrap.dedent("""
-    import json, sys
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, PartitionSpec as P
     import jaxpool
@@ -245,28 +259,30 @@ VMA_SCRIPT = textwrap.dedent("""
         "max_unpool2d": lambda v: jaxpool.max_unpool2d(
             *jaxpool.max_pool2d(v, 2, return_indices=True), 2),
     }
-    mesh = Mesh(np.array(jax.devices()), ("d",))
-    x = jax.random.normal(jax.random.key(0), (1, 2, 256, 12))
-    t = jnp.cos(x)
-    blocks = lambda a: jnp.moveaxis(a.reshape(1, 2, 8, 32, 12), 2, 0)  # noqa: E731
-    result = {}
-    for name in json.loads(sys.argv[2]) or ops:
-        fn = ops[name]
 
-        def all_three(v, u):
-            loss = lambda w: (jnp.sin(fn(w))).sum()  # noqa: E731
-            return fn(v), jax.grad(loss)(v), jax.jvp(fn, (v,), (u,))[1]
-        spec = P(None, None, "d")
-        try:  # check_vma: the default
-            got = jax.shard_map(all_three, mesh=mesh, in_specs=(spec, spec),
-                                out_specs=(spec, spec, spec))(x, t)
-        except Exception as err:  # noqa: BLE001 - the error is the finding
-            result[name] = f"{type(err).__name__}: {str(err)[:300]}"
-            continue
-        want = jax.vmap(all_three)(blocks(x), blocks(t))  # each device's block on its own
-        want = [jnp.concatenate(list(w), axis=2) for w in want]
-        result[name] = [float(jnp.max(jnp.abs(g - w))) for g, w in zip(got, want)]
-    json.dump(result, open(sys.argv[1], "w"))
+    def vma_check(names):
+        mesh = Mesh(np.array(jax.devices()), ("d",))
+        x = jax.random.normal(jax.random.key(0), (1, 2, 256, 12))
+        t = jnp.cos(x)
+        blocks = lambda a: jnp.moveaxis(a.reshape(1, 2, 8, 32, 12), 2, 0)  # noqa: E731
+        result = {}
+        for name in names or ops:
+            fn = ops[name]
+
+            def all_three(v, u):
+                loss = lambda w: (jnp.sin(fn(w))).sum()  # noqa: E731
+                return fn(v), jax.grad(loss)(v), jax.jvp(fn, (v,), (u,))[1]
+            spec = P(None, None, "d")
+            try:  # check_vma: the default
+                got = jax.shard_map(all_three, mesh=mesh, in_specs=(spec, spec),
+                                    out_specs=(spec, spec, spec))(x, t)
+            except Exception as err:  # noqa: BLE001 - the error is the finding
+                result[name] = f"{type(err).__name__}: {str(err)[:300]}"
+                continue
+            want = jax.vmap(all_three)(blocks(x), blocks(t))  # each device's block on its own
+            want = [jnp.concatenate(list(w), axis=2) for w in want]
+            result[name] = [float(jnp.max(jnp.abs(g - w))) for g, w in zip(got, want)]
+        return result
 """)
 
 
@@ -277,16 +293,7 @@ VMA_DEFAULT = ("adaptive_max_pool2d 32 -> 24", "adaptive_avg_pool2d 32 -> 3",
                "antialias 512 -> 224")
 
 
-def _vma_check(tmp_path, names):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    out = tmp_path / "vma.json"
-    proc = subprocess.run([sys.executable, "-c", VMA_SCRIPT, str(out), json.dumps(names)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert out.exists(), f"the check wrote nothing:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    result = json.loads(out.read_text())
+def _vma_check(result):
     failed = {k: v for k, v in result.items() if isinstance(v, str)}
     assert not failed, failed
     for name, (value, grad, tangent) in result.items():
@@ -294,13 +301,13 @@ def _vma_check(tmp_path, names):
     return result
 
 
-def test_derivatives_pass_shard_maps_default_check(tmp_path):
+def test_derivatives_pass_shard_maps_default_check(default_check):
     """Values, gradients and tangents inside ``shard_map`` with ``check_vma=True`` (its
     default), equal to each device's block computed on its own: each derivative rule's new
     arrays carry their inputs' per-device mesh axes."""
-    assert set(_vma_check(tmp_path, list(VMA_DEFAULT))) == set(VMA_DEFAULT)
+    assert set(_vma_check(default_check["vma"])) == set(VMA_DEFAULT)
 
 
 @pytest.mark.slow
-def test_every_op_passes_shard_maps_default_check(tmp_path):
-    assert len(_vma_check(tmp_path, [])) == 12
+def test_every_op_passes_shard_maps_default_check(full_check):
+    assert len(_vma_check(full_check["vma"])) == 12
