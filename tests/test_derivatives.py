@@ -1,14 +1,16 @@
 """Derivatives of every order, both modes: correct (numerically and against torch), free of
 scatter in the lowered program, and well behaved under jit and vmap."""
 
+import functools
 import re
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from jax.test_util import check_grads
+from jax.test_util import check_jvp, check_vjp
 
 import jaxpool
 from strategy_cases import (CASES, MAX_CASES, MAX_TORCH, TORCH,  # noqa: F401
@@ -37,10 +39,57 @@ def _functional(pool, w):
     return lambda x: jnp.sum(w * jnp.tanh(pool(x)) ** 2)
 
 
-# Order-3 finite differences compile a large program per case (10-30 s each): the default
-# run checks five (whole-axis sum and max, strided slices, blocks, window-matrix
-# products), `-m slow` every case. The exact derivative tests below (no scatter,
-# torch's Hessian-vector products, vmap) run on every case by default.
+def check_grads_jitted(f, args, order, atol, rtol):
+    """jax.test_util.check_grads(f, args, order, modes=("fwd", "rev")): the same checks
+    (check_jvp and check_vjp of f, of its JVP and of its VJP, down to ``order``), with each
+    function's JVP and VJP one jitted program. check_grads transforms them eagerly, which
+    compiles their pieces one by one: 45 programs at order 3 instead of 15."""
+
+    def check(g, g_jit, args, order, err_msg=""):
+        jvp = lambda primals, tangents: jax.jvp(g, primals, tangents)  # noqa: E731
+        jvp_jit = jax.jit(jvp)
+        fwd_msg = f"JVP of {err_msg}" if err_msg else "JVP"
+        check_jvp(g_jit, jvp_jit, args, atol=atol, rtol=rtol, err_msg=fwd_msg)
+        if order > 1:
+            check(jvp, jvp_jit, (args, args), order - 1, fwd_msg)
+        vjp_jit = jax.jit(lambda args, cotangent: jax.vjp(g, *args)[1](cotangent))
+        rev_msg = f"VJP of {err_msg}" if err_msg else "VJP"
+        check_vjp(g_jit, lambda *a: (g_jit(*a), lambda c: vjp_jit(a, c)), args, atol=atol,
+                  rtol=rtol, err_msg=rev_msg)
+        if order > 1:
+            def vjp_of_output(*a):  # check_grads' next function: the VJP of the output
+                out, back = jax.vjp(g, *a)
+                return back(out)
+            check(vjp_of_output, lambda *a: vjp_jit(a, g_jit(*a)), args, order - 1, rev_msg)
+
+    check(f, jax.jit(f), tuple(args), order)
+
+
+def test_the_jitted_check_sees_a_wrong_third_derivative():
+    """x**3 / 6 whose derivative x**2 / 2 has a wrong derivative of its own (x with a
+    stopped gradient: its third derivative 0, not 1): orders 1 and 2 pass, order 3 fails."""
+
+    @jax.custom_jvp
+    def half_square(x):
+        return x ** 2 / 2
+
+    half_square.defjvp(lambda p, t: (half_square(p[0]), jax.lax.stop_gradient(p[0]) * t[0]))
+
+    @jax.custom_jvp
+    def cube(x):
+        return x ** 3 / 6
+
+    cube.defjvp(lambda p, t: (cube(p[0]), half_square(p[0]) * t[0]))
+    x = np.array([0.7, -1.3, 2.1])
+    check_grads_jitted(cube, (x,), order=2, atol=1e-4, rtol=1e-4)
+    with pytest.raises(AssertionError):
+        check_grads_jitted(cube, (x,), order=3, atol=1e-4, rtol=1e-4)
+
+
+# Order-3 finite differences compile large programs (3-10 s a case): the default run
+# checks five (whole-axis sum and max, strided slices, blocks, window-matrix products),
+# `-m slow` every case. The exact derivative tests below (no scatter, torch's
+# Hessian-vector products, vmap) run on every case by default.
 GRADS_DEFAULT = ("global", "taps long", "blocks channels-last", "matrix", "global max")
 
 
@@ -48,16 +97,17 @@ GRADS_DEFAULT = ("global", "taps long", "blocks channels-last", "matrix", "globa
                                   for n in POOLS])
 def test_check_grads_to_order_3(name, rng):
     pool, shape = POOLS[name]
-    x = jnp.asarray(_input(name, shape, rng))
-    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
+    x = _input(name, shape, rng)
+    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape))
     # third-order finite differences in float64 carry ~1e-5 relative error of their own
-    check_grads(jax.jit(_functional(pool, w)), (x,), order=3, modes=("fwd", "rev"),
-                atol=1e-4, rtol=1e-4)
+    check_grads_jitted(_functional(pool, w), (x,), order=3, atol=1e-4, rtol=1e-4)
 
 
-def _derivative_programs(pool, x, w):
+def _derivative_programs(pool, x, w, v=None):
+    """Every derivative program of ``pool`` the scatter check lowers (``hvp`` along ``v``,
+    ones by default)."""
     f = _functional(pool, w)
-    v = jnp.ones_like(x)
+    v = jnp.ones_like(x) if v is None else v
     return {
         "forward": pool,
         "vjp": lambda x: jax.vjp(pool, x)[1](pool(x))[0],
@@ -72,18 +122,38 @@ def _derivative_programs(pool, x, w):
     }
 
 
+def _lowered_ops(lowered) -> set[str]:
+    return set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", lowered.as_text()))
+
+
 def _stablehlo_ops(fn, x) -> set[str]:
-    text = jax.jit(fn).lower(x).as_text()
-    return set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", text))
+    return _lowered_ops(jax.jit(fn).lower(x))
+
+
+@functools.cache
+def _case(name):
+    """A case's inputs (float64 NumPy: x, the functional's weights w and a direction v) and
+    its derivative programs, shared by the tests below: the scatter check lowers them, the
+    Hessian-vector product test compiles its lowered ``hvp``."""
+    pool, shape = POOLS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = _input(name, shape, rng)
+    w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
+    v = rng.standard_normal(shape)
+    programs = _derivative_programs(pool, jnp.asarray(x), jnp.asarray(w), jnp.asarray(v))
+    return x, w, v, programs
+
+
+@functools.cache
+def _lowered(name, program):
+    x, _, _, programs = _case(name)
+    return jax.jit(programs[program]).lower(jnp.asarray(x))
 
 
 @pytest.mark.parametrize("name", list(POOLS))
-def test_no_scatter_at_any_order(name, rng):
-    pool, shape = POOLS[name]
-    x = jnp.asarray(_input(name, shape, rng))
-    w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))
-    for program, fn in _derivative_programs(pool, x, w).items():
-        ops = _stablehlo_ops(fn, x)
+def test_no_scatter_at_any_order(name):
+    for program in _case(name)[3]:
+        ops = _lowered_ops(_lowered(name, program))
         banned = {op for op in ops if "scatter" in op or op == "gather"}
         assert not banned, f"{name}: {program} lowers to {banned}"
 
@@ -99,13 +169,10 @@ def test_the_scatter_check_can_fail():
 
 
 @pytest.mark.parametrize("name", list(REFERENCE))
-def test_hessian_vector_product_matches_torch(name, rng):
-    pool, shape = POOLS[name]
-    x = _input(name, shape, rng)
-    v = rng.standard_normal(shape)
-    w = rng.standard_normal(jax.eval_shape(pool, jnp.asarray(x)).shape)
-    f = _functional(pool, jnp.asarray(w))
-    hvp = jax.jvp(jax.grad(f), (jnp.asarray(x),), (jnp.asarray(v),))[1]
+def test_hessian_vector_product_matches_torch(name):
+    """The scatter check's lowered ``hvp`` program, compiled."""
+    x, w, v, _ = _case(name)
+    hvp = _lowered(name, "hvp").compile()(jnp.asarray(x))
     wt = torch.tensor(w)
     _, expected = torch.autograd.functional.hvp(
         lambda t: (wt * torch.tanh(REFERENCE[name](t)) ** 2).sum(), torch.tensor(x),
@@ -114,15 +181,18 @@ def test_hessian_vector_product_matches_torch(name, rng):
 
 
 @pytest.mark.parametrize("name", list(POOLS))
-def test_vmap_over_unbatched_inputs_equals_the_batched_call(name, rng):
-    pool, shape = POOLS[name]
+def test_vmap_over_unbatched_inputs_equals_the_batched_call(name):
+    """One program for the vmapped values and gradients, another for the batched
+    gradients (in one program the two could be merged into one computation), against the
+    batched call itself."""
+    pool, _ = POOLS[name]
     if name in ("global", "global max", "max 1d unbatched"):
         pytest.skip("global pooling takes rank 4 only; the 1d case is unbatched already")
-    x = jnp.asarray(_input(name, shape, rng))
-    np.testing.assert_array_equal(np.asarray(jax.vmap(pool)(x)), np.asarray(pool(x)))
-    grads = jax.vmap(jax.grad(lambda xi: jnp.sum(jnp.sin(pool(xi)))))(x)
-    np.testing.assert_allclose(np.asarray(grads),
-                               np.asarray(jax.grad(lambda a: jnp.sum(jnp.sin(pool(a))))(x)),
+    x = jnp.asarray(_case(name)[0])
+    loss = lambda a: jnp.sum(jnp.sin(pool(a)))  # noqa: E731
+    values, grads = jax.jit(lambda a: (jax.vmap(pool)(a), jax.vmap(jax.grad(loss))(a)))(x)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(pool(x)))
+    np.testing.assert_allclose(np.asarray(grads), np.asarray(jax.jit(jax.grad(loss))(x)),
                                rtol=1e-13, atol=1e-14)
 
 
@@ -253,9 +323,10 @@ def test_ragged_max_derivatives_match_torch_to_second_order(name, channels_last,
     layout = (lambda a: jnp.asarray(to_channels_last(a, 2))) if channels_last else jnp.asarray
     back = (lambda a: to_channels_first(np.asarray(a), 2)) if channels_last else np.asarray
     loss = lambda a: jnp.sum(layout(w) * pool(a) ** 2)  # noqa: E731
-    got_g = jax.jit(jax.grad(loss))(layout(x))
-    got_gg = jax.jit(jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2)))(layout(x))
-    np.testing.assert_array_equal(back(jax.jit(pool)(layout(x))), y.detach().numpy())
+    # one compiled program (compile time dominates)
+    got_y, got_g, got_gg = jax.jit(lambda a: (pool(a), jax.grad(loss)(a), jax.grad(
+        lambda b: jnp.sum(jax.grad(loss)(b) ** 2))(a)))(layout(x))
+    np.testing.assert_array_equal(back(got_y), y.detach().numpy())
     for got, expected in ((got_g, g), (got_gg, gg)):
         expected = expected.detach().numpy()
         np.testing.assert_allclose(back(got), expected, rtol=1e-13,
@@ -313,10 +384,14 @@ def test_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
     layout = (lambda a: jnp.asarray(to_channels_last(a, ndim))) if channels_last else jnp.asarray
     back = (lambda a: to_channels_first(np.asarray(a), ndim)) if channels_last else np.asarray
     loss = lambda a: jnp.sum(layout(w) * pool(a) ** 2)  # noqa: E731
-    got_g = jax.jit(jax.grad(loss))(layout(x))
-    got_gg = jax.jit(jax.grad(lambda a: jnp.sum(jax.grad(loss)(a) ** 2)))(layout(x))
-    got_tangent = jax.jit(lambda a, t: jax.jvp(pool, (a,), (t,))[1])(layout(x), layout(v))
-    np.testing.assert_array_equal(back(jax.jit(pool)(layout(x))), y.detach().numpy())
+
+    @jax.jit  # one compiled program (compile time dominates)
+    def everything(a, t):
+        return (pool(a), jax.grad(loss)(a), jax.grad(lambda b: jnp.sum(jax.grad(loss)(b) ** 2))(a),
+                jax.jvp(pool, (a,), (t,))[1])
+
+    got_y, got_g, got_gg, got_tangent = everything(layout(x), layout(v))
+    np.testing.assert_array_equal(back(got_y), y.detach().numpy())
     np.testing.assert_array_equal(back(got_tangent), tangent.numpy())
     for got, expected in ((got_g, g), (got_gg, gg)):
         expected = expected.detach().numpy()

@@ -418,6 +418,20 @@ def test_check_grads_to_order_3(name, rng):
     _check_grads(name, rng, 3)
 
 
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(DERIVATIVE_CASES))
+def test_no_scatter_at_any_order(name, rng):
+    """Every strategy's derivative programs (both modes, orders 1 to 3, jacobian, hessian,
+    per-example gradients) lower without a scatter or gather."""
+    shape, kwargs = DERIVATIVE_CASES[name]
+    f = _resize(kwargs)
+    x = jnp.asarray(rng.standard_normal(shape))
+    w = jnp.asarray(rng.standard_normal(jax.eval_shape(f, x).shape))
+    for program, fn in _derivative_programs(f, x, w).items():
+        banned = {op for op in _stablehlo_ops(fn, x) if "scatter" in op or op == "gather"}
+        assert not banned, f"{name}: {program} lowers to {banned}"
+
+
 def _torch_forward_matrix(shape, kwargs) -> np.ndarray:
     """torch's forward map as a matrix [out, in], from its forward-mode derivative (which
     applies the forward kernel to the tangent)."""

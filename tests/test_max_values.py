@@ -64,18 +64,31 @@ ADAPTIVE_CASES = [(1, (2, 3, 15), 4), (1, (3, 7), 9), (1, (2, 3, 12), 1),
                   (2, (1, 2, 1000, 3), (37, 3))]
 
 
-def _check(jax_fn, torch_fn, x, ndim, channels_last, rng):
+def _values_indices_vjp(jax_fn):
+    """``jax_fn``'s values, indices and VJP of a cotangent, as one compiled program (the
+    eager VJP compiles the forward pass and its transpose apart)."""
+
+    @jax.jit
+    def program(x, cotangent):
+        values, vjp, indices = jax.vjp(jax_fn, x, has_aux=True)
+        return values, vjp(cotangent)[0], indices
+
+    return program
+
+
+def _check(program, torch_fn, x, ndim, channels_last, rng):
     """Values and indices exactly, and the VJP (torch's gradient goes to its indices).
-    ``jax_fn`` returns ``(values, indices)``, as torch's ``return_indices=True``."""
+    ``program`` is ``_values_indices_vjp`` of a function that returns ``(values,
+    indices)``, as torch's ``return_indices=True``."""
     x_torch = torch.tensor(x, requires_grad=True)
     values, indices = torch_fn(x_torch)
     cotangent = rng.standard_normal(values.shape)
     (grad,) = torch.autograd.grad(values, x_torch, torch.tensor(cotangent))
     expected = [values.detach().numpy(), indices.numpy(), grad.numpy()]
     x_in = to_channels_last(x, ndim) if channels_last else x
-    got_values, vjp, got_indices = jax.vjp(jax_fn, jnp.asarray(x_in), has_aux=True)
-    got_grad = vjp(jnp.asarray(to_channels_last(cotangent, ndim) if channels_last
-                               else cotangent))[0]
+    got_values, got_grad, got_indices = program(
+        jnp.asarray(x_in), jnp.asarray(to_channels_last(cotangent, ndim) if channels_last
+                                       else cotangent))
     got = [np.asarray(got_values), np.asarray(got_indices), np.asarray(got_grad)]
     if channels_last:
         got = [to_channels_first(a, ndim) for a in got]
@@ -87,9 +100,10 @@ def _check(jax_fn, torch_fn, x, ndim, channels_last, rng):
                                atol=1e-14 * np.abs(expected[2]).max(initial=0))
 
 
-# The default run takes a third of the crossed grid (every value of every option, in each
-# dimension: test_the_default_max_share_holds_every_option_value) and the long windows.
-MAX_SHARE = 3
+# The default run takes a seventh of the crossed grid (every value of every option, in each
+# dimension: test_the_default_max_share_holds_every_option_value; 7 is the smallest share
+# above 3 that keeps them all) and the long windows; -m slow the whole grid.
+MAX_SHARE = 7
 
 
 def test_the_default_max_share_holds_every_option_value():
@@ -100,8 +114,8 @@ def test_the_default_max_share_holds_every_option_value():
                          ids=[f"{d}d-{a}" for d, a in MAX_GRID + MAX_LONG])
 def test_max_pool_matches_torch(ndim, args, rng):
     channels_last = bool(rng.integers(2))
-    pool = jax.jit(lambda a: MAX[ndim](a, **args, return_indices=True,
-                                       channels_last=channels_last))
+    pool = _values_indices_vjp(lambda a: MAX[ndim](a, **args, return_indices=True,
+                                                   channels_last=channels_last))
     shape = SHAPES[ndim] if np.max(args["kernel_size"]) < 17 else (2, 3, 45)
     for x in _inputs(shape, rng).values():
         _check(pool, lambda t: TORCH_MAX[ndim](t, **args, return_indices=True), x, ndim,
@@ -112,8 +126,8 @@ def test_max_pool_matches_torch(ndim, args, rng):
 @pytest.mark.parametrize("ndim,shape,output_size", ADAPTIVE_CASES,
                          ids=[f"{s}->{o}" for _, s, o in ADAPTIVE_CASES])
 def test_adaptive_max_pool_matches_torch(ndim, shape, output_size, channels_last, rng):
-    pool = jax.jit(lambda a: ADAPTIVE_MAX[ndim](a, output_size, True,
-                                                channels_last=channels_last))
+    pool = _values_indices_vjp(lambda a: ADAPTIVE_MAX[ndim](a, output_size, True,
+                                                            channels_last=channels_last))
     for x in _inputs(shape, rng).values():
         _check(pool, lambda t: TORCH_ADAPTIVE_MAX[ndim](t, output_size, True), x, ndim,
                channels_last, rng)
@@ -187,10 +201,11 @@ def test_lp_pool_matches_torch(ndim, norm_type, args, rng):
     expected = TORCH_LP[ndim](x_torch, norm_type, **args)
     cotangent = rng.standard_normal(expected.shape)
     (grad,) = torch.autograd.grad(expected, x_torch, torch.tensor(cotangent))
-    got, vjp = jax.vjp(lambda a: LP[ndim](a, norm_type, **args), jnp.asarray(x))
+    program = _values_indices_vjp(lambda a: (LP[ndim](a, norm_type, **args), ()))
+    got, got_grad, _ = program(jnp.asarray(x), jnp.asarray(cotangent))
     np.testing.assert_allclose(np.asarray(got), expected.detach().numpy(), rtol=1e-12,
                                atol=1e-14, equal_nan=True)
-    np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(cotangent))[0]), grad.numpy(),
+    np.testing.assert_allclose(np.asarray(got_grad), grad.numpy(),
                                rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
@@ -282,7 +297,8 @@ def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
         sizes[axis] = output_size
         x = _inputs(tuple(shape), rng)["integers"]
         channels_last = bool(axis % 2)
-        _check(lambda a: ADAPTIVE_MAX[ndim](a, tuple(sizes), True, channels_last=channels_last),
+        _check(_values_indices_vjp(lambda a: ADAPTIVE_MAX[ndim](a, tuple(sizes), True,
+                                                                channels_last=channels_last)),
                lambda t: TORCH_ADAPTIVE_MAX[ndim](t, tuple(sizes), True), x, ndim,
                channels_last, rng)
 
@@ -334,10 +350,15 @@ def test_non_finite_derivatives_reach_only_the_picks(name, channels_last, rng):
     ndim = len(shape) - 2
     layout = (lambda a: to_channels_last(a, ndim)) if channels_last else (lambda a: a)
     back = (lambda a: to_channels_first(np.asarray(a), ndim)) if channels_last else np.asarray
-    f = jax.jit(lambda a: fn(a, channels_last))
-    _, vjp = jax.vjp(f, jnp.asarray(layout(x)))
-    got_grad = back(vjp(jnp.asarray(layout(cotangent)))[0])
-    got_tangent = back(jax.jvp(f, (jnp.asarray(layout(x)),), (jnp.asarray(layout(tangent)),))[1])
+    f = lambda a: fn(a, channels_last)  # noqa: E731
+
+    @jax.jit  # one compiled program for both modes
+    def derivatives(a, c, t):
+        return jax.vjp(f, a)[1](c)[0], jax.jvp(f, (a,), (t,))[1]
+
+    got_grad, got_tangent = map(back, derivatives(jnp.asarray(layout(x)),
+                                                  jnp.asarray(layout(cotangent)),
+                                                  jnp.asarray(layout(tangent))))
     for got, expected in ((got_grad, grad.numpy()), (got_tangent, expected_tangent.numpy())):
         for pick in (np.isnan, np.isposinf, np.isneginf):
             np.testing.assert_array_equal(pick(got), pick(expected))
