@@ -224,13 +224,21 @@ def compile_pair(mesh, fn, x, in_axis: int, out_axis_of, joint: bool = False):
 DIRECTIONS = {False: ("forward", "backward"), True: ("forward+backward",)}
 
 
-def collective_check(mesh, joint: bool = False) -> dict:
+# (channels_last, sharded axis): every pair, or with ``spread`` two that differ in both,
+# alternating from case to case.
+PAIRS = ((False, "batch"), (True, "channel"), (False, "channel"), (True, "batch"))
+
+
+def collective_check(mesh, joint: bool = False, spread: bool = False) -> dict:
     """Collectives in every (op, layout, sharded axis, direction), plus the controls; with
     ``joint``, forward and backward are compiled as one program (half the compiles: a
-    collective in either shows, without saying which direction needs it)."""
+    collective in either shows, without saying which direction needs it); with ``spread``,
+    each case in two of the four (layout, sharded axis) pairs that differ in both, the other
+    two for the next case (half the programs: every op meets both layouts and both axes)."""
     directions = DIRECTIONS[joint]
     rows = []
-    jobs = [(c, cl, ax) for c in CASES for cl in (False, True) for ax in ("batch", "channel")]
+    jobs = [(c, cl, ax) for i, c in enumerate(CASES)
+            for cl, ax in (PAIRS[2 * (i % 2):2 * (i % 2) + 2] if spread else PAIRS)]
     for (label, op, shape, kw), channels_last, axis_name in tqdm(
             jobs, desc=f"compiling sharded {' and '.join(directions)}", unit="case"):
         if channels_last:
@@ -301,6 +309,10 @@ def main(argv=None) -> int:
     p.add_argument("--joint", action="store_true",
                    help="part 2: compile each forward and its backward as one program (half "
                         "the compiles; the table then has one column for both)")
+    p.add_argument("--spread", action="store_true",
+                   help="part 2: each case in two of the four (layout, sharded axis) pairs, "
+                        "alternating, so that every op still meets both layouts and both axes "
+                        "(half the programs)")
     p.add_argument("--out", type=Path, default=Path("out"),
                    help="folder for sharded_metrics.json (default: out/)")
     args = p.parse_args(argv)
@@ -318,7 +330,7 @@ def main(argv=None) -> int:
     if not args.no_train:
         metrics["train"] = train_sharded(mesh, args.steps, args.batch_size, args.seed)
     if not args.no_collective_check:
-        result = collective_check(mesh, args.joint)
+        result = collective_check(mesh, args.joint, args.spread)
         ok = print_check(result)
         metrics["collective_check"] = result
         metrics["collective_check_ok"] = ok

@@ -4,8 +4,10 @@ data-parallel training matches one device.
 Both are `examples/sharded.py`'s, run end to end in one subprocess: it needs eight host
 devices, which XLA fixes when JAX starts, so it runs with XLA_FLAGS set (this process's JAX
 is untouched). The default run compiles each op's forward and backward as one program
-(``--joint``: a collective in either direction shows in it); -m slow also runs the
-script's own per-direction check (forward and backward compiled apart, as users run it).
+(``--joint``: a collective in either direction shows in it), each case in two of the four
+(layout, sharded axis) pairs, alternating (``--spread``: every op meets both layouts and
+both axes); -m slow also runs the script's own check (every pair, forward and backward
+compiled apart, as users run it).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def check(request, tmp_path_factory) -> dict:
     # A short training (part 1) in the same process as the collective check (part 2).
     args = ["--steps", "3", "--batch-size", "16", "--out", str(out)]
     if request.param == "joint":
-        args.append("--joint")
+        args += ["--joint", "--spread"]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "sharded.py"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -59,9 +61,17 @@ def test_runs_on_eight_devices(check):
 
 def test_every_op_layout_and_axis_is_covered(check):
     rows = check["collective_check"]["rows"]
+    layouts, axes = ("channels_first", "channels_last"), ("batch", "channel")
     seen = {(r["op"], r["layout"], r["sharded"]) for r in rows}
-    want = {(op, layout, axis) for op in OPS
-            for layout in ("channels_first", "channels_last") for axis in ("batch", "channel")}
+    if check["mode"] == "joint":  # --spread: each op in both layouts and on both axes
+        want = {(op, "layout", layout) for op in OPS for layout in layouts}
+        want |= {(op, "axis", axis) for op in OPS for axis in axes}
+        seen = ({(op, "layout", layout) for op, layout, _ in seen}
+                | {(op, "axis", axis) for op, _, axis in seen})
+        pairs = {(r["layout"], r["sharded"]) for r in rows}
+        assert pairs == {(lay, ax) for lay in layouts for ax in axes}, pairs
+    else:
+        want = {(op, layout, axis) for op in OPS for layout in layouts for axis in axes}
     assert want <= seen, f"not checked: {sorted(want - seen)}"
     assert any("ragged" in r["case"] for r in rows if r["op"] == "adaptive_avg_pool2d")
 
