@@ -12,15 +12,38 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
+import collections.abc
+import functools
+
 import torch
-from torch.testing._internal.common_methods_invocations import op_db
 
 
-def catalog(key: Callable[[Any], Any], names: Iterable[str]) -> dict:
+class _Catalog(collections.abc.Mapping):
+    """A mapping read from torch's catalog on first use: importing the catalog takes
+    seconds, and every test process collects these files, most without running them."""
+
+    def __init__(self, key: Callable[[Any], Any], names: Iterable[str]):
+        self._key, self._names = key, set(names)
+
+    @functools.cached_property
+    def _entries(self) -> dict:
+        from torch.testing._internal.common_methods_invocations import op_db
+        return {self._key(info): info for info in op_db if short_name(info) in self._names}
+
+    def __getitem__(self, key):
+        return self._entries[key]
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def catalog(key: Callable[[Any], Any], names: Iterable[str]) -> collections.abc.Mapping:
     """{key(entry): entry} for the catalog's entries of the ops ``names`` (as in
-    ``torch.nn.functional``; every variant of each)."""
-    names = set(names)
-    return {key(info): info for info in op_db if short_name(info) in names}
+    ``torch.nn.functional``; every variant of each), read when first used."""
+    return _Catalog(key, names)
 
 
 def short_name(info) -> str:
