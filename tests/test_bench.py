@@ -1,6 +1,5 @@
 """The benchmark tool, run on tiny shapes: it checks before it times, and writes its reports."""
 
-import gc
 import json
 import pathlib
 import sys
@@ -15,14 +14,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from benchmarks import cli, grid, report, runner, sides  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _old_objects_frozen():
-    """The timing loop collects garbage before it times (``runner.measure``); with JAX, torch
-    and the suite's objects on the heap each collection took about half a second. Freezing
-    what exists before the test leaves the collections to the test's own objects."""
-    gc.freeze()
-    yield
-    gc.unfreeze()
+# The timing loop collects garbage before it times: conftest's frozen_heap keeps the
+# collections to each test's own objects.
+pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 
 def test_cli_smoke_writes_table_chart_json_and_splices(tmp_path):

@@ -1,7 +1,6 @@
 """``python -m benchmarks.models`` on its tiny grid: each side's loss is checked against
 torch's before anything is timed, a side that differs is not timed, and the table says so."""
 
-import gc
 import json
 import pathlib
 import sys
@@ -17,14 +16,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from benchmarks import model_zoo, models  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _old_objects_frozen():
-    """The timing loop collects garbage before it times (``runner.measure``); with JAX, torch
-    and the suite's objects on the heap each collection took about half a second. Freezing
-    what exists before the test leaves the collections to the test's own objects."""
-    gc.freeze()
-    yield
-    gc.unfreeze()
+# The timing loop collects garbage before it times: conftest's frozen_heap keeps the
+# collections to each test's own objects.
+pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 
 def _run(tmp_path, names, *extra):
