@@ -1,7 +1,7 @@
 """jaxpool: torch's pooling, resampling and padding for JAX, exact, deterministic and
 scatter-free to any derivative order."""
 
-from jaxpool import shapes, strategy_table  # noqa: F401 (jaxpool.strategy_table.use_backend)
+from jaxpool import halo_jit, shapes, strategy_table  # noqa: F401 (halo_jit.route, strategy_table.use_backend)
 from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_avg_pool2d,
                          adaptive_avg_pool3d, adaptive_max_pool, adaptive_max_pool1d,
                          adaptive_max_pool2d, adaptive_max_pool3d, avg_pool, avg_pool1d,

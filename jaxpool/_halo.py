@@ -19,8 +19,10 @@ import functools
 import itertools
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 from jax import lax
+from jax.interpreters import ad, batching, mlir
 
 from jaxpool import halo as _plan
 
@@ -174,7 +176,7 @@ def pool(fn, plan, x: jax.Array, names, *, indices: bool = False, reduce: str = 
 
     out = by_device((x,), [(names[i], key(i), halos[i].shards) for i in sharded], make_branch)
     for name in whole:
-        out = lax.psum(out, name) if reduce == "sum" else _max_across(out, name)
+        out = sum_across(out, name) if reduce == "sum" else _max_across(out, name)
     return out
 
 
@@ -221,9 +223,54 @@ def _max_across_values(v, name):
 @_max_across.defjvp
 def _max_across_jvp(name, primals, tangents):
     # The winner's tangent: a select and one psum, linear, transposing into a select.
+    # The primal through the function itself and the pick from a constant: a derivative
+    # of this rule (second order) differentiates the pick's value, never pmax or pmin.
     (v,), (t,) = primals, tangents
-    value, mine = _max_across_values(v, name)
-    return value, lax.psum(jnp.where(mine, t, jnp.zeros((), t.dtype)), name)
+    _, mine = _max_across_values(lax.stop_gradient(v), name)
+    return _max_across(v, name), sum_across(jnp.where(mine, t, jnp.zeros((), t.dtype)), name)
+
+
+# --- the sum across devices of a replicated result, and its transpose ---------------------
+# Inside shard_map, which tracks the mesh axes each value varies along, ``lax.psum`` of a
+# varying value transposes into a copy. The partitioned primitive's per-device code
+# (jaxpool.halo_jit) runs untracked, where psum transposes into another psum and would
+# count a replicated cotangent once per device; there the sum is a primitive of its own
+# that transposes into a copy, whose transpose is the sum again.
+
+sum_across_p = jax.extend.core.Primitive("jaxpool_sum_across")
+copy_across_p = jax.extend.core.Primitive("jaxpool_copy_across")
+
+
+def sum_across(v: jax.Array, name) -> jax.Array:
+    """The sum over the devices along mesh axis ``name`` (``lax.psum``), replicated."""
+    if name in _varying(v):
+        return lax.psum(v, name)
+    return sum_across_p.bind(v, name=name)
+
+
+def _varying(v) -> frozenset:
+    """The mesh axes shard_map's check knows ``v`` to vary along (none where untracked)."""
+    typeof = getattr(jax, "typeof", None)
+    if typeof is None:
+        return frozenset()
+    aval = typeof(v)
+    axis_type = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(axis_type, "varying", None) or getattr(aval, "vma", ()))
+
+
+for _p in (sum_across_p, copy_across_p):
+    _p.def_abstract_eval(lambda v, *, name: v)
+    batching.primitive_batchers[_p] = (
+        lambda args, dims, *, name, _p=_p: (_p.bind(args[0], name=name), dims[0]))
+sum_across_p.def_impl(lambda v, *, name: lax.psum(v, name))
+copy_across_p.def_impl(lambda v, *, name: v)
+mlir.register_lowering(sum_across_p, mlir.lower_fun(
+    lambda v, *, name: lax.psum(v, name), multiple_results=False))
+mlir.register_lowering(copy_across_p, lambda ctx, v, *, name: [v])
+ad.deflinear2(sum_across_p, lambda ct, v, *, name: [copy_across_p.bind(
+    ad.instantiate_zeros(ct), name=name)])
+ad.deflinear2(copy_across_p, lambda ct, v, *, name: [sum_across_p.bind(
+    ad.instantiate_zeros(ct), name=name)])
 
 
 # --- resampling ---------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Check the halo exchange of every op on spatially sharded inputs, on this machine's devices.
 
-For each case, inside ``jax.shard_map`` with ``axis_names``: the values and the gradient
-against the unsharded call, the collectives in the compiled forward and gradient programs,
-and whether the gradient's jaxpr holds a scatter or a gather. Needs at least 2 devices;
-on a CPU, ask XLA for 8 before JAX starts::
+For each case, inside ``jax.shard_map`` with ``axis_names`` (and with ``--plain-jit``, under
+plain ``jit`` on a sharded input: the partitioned primitive, :mod:`jaxpool.halo_jit`): the
+values and the derivatives against the unsharded call, the collectives in the compiled
+programs, and whether a derivative's jaxpr holds a scatter or a gather. Needs at least 2
+devices; on a CPU, ask XLA for 8 before JAX starts::
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m jaxpool.halo_check
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m jaxpool.halo_check --plain-jit
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import jaxpool
+from jaxpool import halo_jit
 
 COLLECTIVE = re.compile(
     r"\b(all-gather|all-reduce|collective-permute|all-to-all|ragged-all-to-all|reduce-scatter|"
@@ -202,6 +205,61 @@ def check_case(label, fn, shape, names, channels_last, whole=False, second=False
     return row
 
 
+def check_jit_case(label, fn, shape, names, channels_last, whole=False) -> dict:
+    """Under plain ``jit``, the input sharded as the case says: the forward, its JVP, the
+    gradient and a Hessian-vector product (forward over reverse) against the unsharded
+    call's (``route("never")``), and their collectives."""
+    x_shape, spec = _layout(shape, names, channels_last)
+    sharding = jax.sharding.NamedSharding(_mesh(names), spec)
+    x = jax.random.normal(jax.random.key(0), x_shape, jnp.float32)
+
+    def programs():
+        f = lambda v: fn(v, None, channels_last)  # noqa: E731 (a new function: a new trace)
+
+        def loss(v):
+            y = f(v)
+            return (y * jnp.cos(y)).sum()
+        return {"forward": f,
+                "jvp": lambda v: jax.jvp(f, (v,), (jnp.sin(v),))[1],
+                "gradient": jax.grad(loss),
+                "second": lambda v: jax.jvp(jax.grad(loss), (v,), (jnp.sin(v),))[1]}
+
+    with halo_jit.route("never"):
+        want = {k: jax.jit(p)(x) for k, p in programs().items()}
+    routed = programs()
+    row: dict[str, Any] = {
+        "case": label, "layout": "channels_last" if channels_last else "channels_first",
+        "sharded_axes": sum(n is not None for n in names), "whole": whole,
+        "ops": str(jax.make_jaxpr(routed["forward"])(x)).count("jaxpool_halo["),
+        "values_equal": True, "gather_in_gradient": [], "gather_in_second": []}
+    for key, program in routed.items():
+        compiled = jax.jit(program, in_shardings=sharding)
+        got = compiled(x)
+        row[key] = collectives(compiled.lower(x).compile().as_text())
+        row[f"{key}_diff"] = _diff(got, want[key])
+        row[f"{key}_scale"] = float(np.nanmax(np.abs(np.asarray(want[key]))))
+        if key == "forward":
+            row["values_equal"] = bool(np.array_equal(np.asarray(got), np.asarray(want[key]),
+                                                      equal_nan=True))
+        if key in ("gradient", "second"):
+            row[f"gather_in_{key}"] = _has_gather(jax.make_jaxpr(program)(x))
+    row["value_diff"], row["value_scale"] = row["forward_diff"], row["forward_scale"]
+    row["grad_diff"], row["grad_scale"] = row["gradient_diff"], row["gradient_scale"]
+    return row
+
+
+def run_jit(cases=CASES, layouts=(False, True)) -> list[dict]:
+    rows = []
+    for case in cases:
+        label, op, fn, shape, names = case[:5]
+        for channels_last in layouts:
+            row = check_jit_case(label, fn, shape, names, channels_last,
+                                 len(case) > 5 and case[5])
+            row["op"] = op
+            rows.append(row)
+    return rows
+
+
 def run(cases=CASES, layouts=(False, True), second_for=("max_pool2d 3/2/1",
                                                         "interpolate bilinear x2",
                                                         "pad reflect")) -> list[dict]:
@@ -236,11 +294,9 @@ JIT_CASES: list[tuple[str, Any, tuple, dict[str, Any]]] = [
 
 
 def jit_table(labels=None) -> list[dict]:
-    """Collectives under plain jit, before (the op as it is) and after
-    (:func:`jaxpool.halo_jit.partitioned`), forward and gradient (of the cases named in
-    ``labels``, or all)."""
-    from jaxpool.halo_jit import partitioned
-
+    """Collectives under plain jit, before (today's program: ``route("never")``) and after
+    (the partitioned primitive), forward and gradient (of the cases named in ``labels``,
+    or all)."""
     mesh = Mesh(np.array(jax.devices()), (A,))
     rows = []
     for label, op, args, kw in JIT_CASES:
@@ -250,21 +306,23 @@ def jit_table(labels=None) -> list[dict]:
         x = jax.random.normal(jax.random.key(0), shape)
         spec = P(None, None, A)
         sh = jax.sharding.NamedSharding(mesh, spec)
-        plain = lambda v, op=op, args=args, kw=kw: op(v, *args, **kw)  # noqa: E731
-        y = jax.eval_shape(plain, x)
-        out_sh = sh if y.shape[2] % len(jax.devices()) == 0 else None
         row: dict[str, Any] = {"case": label}
-        for name, f in (("before", plain), ("after", partitioned(op, *args, **kw))):
-            def loss(v, f=f):
-                out = f(v)
-                return (out * jnp.cos(out)).sum()
-            fwd = jax.jit(f, in_shardings=sh, out_shardings=out_sh)
-            grad = jax.jit(jax.grad(loss), in_shardings=sh, out_shardings=sh)
-            row[name] = {"forward": collectives(fwd.lower(x).compile().as_text()),
-                         "gradient": collectives(grad.lower(x).compile().as_text())}
-            if name == "after":
-                row["after"]["value_diff"] = _diff(fwd(x), plain(x))
-                row["after"]["grad_diff"] = _diff(grad(x), jax.grad(lambda v: loss(v, plain))(x))
+        values = {}
+        for name, mode in (("before", "never"), ("after", "auto")):
+            with halo_jit.route(mode):  # (read when traced: new functions each time)
+                def f(v, op=op, args=args, kw=kw):
+                    return op(v, *args, **kw)
+
+                def loss(v, f=f):
+                    out = f(v)
+                    return (out * jnp.cos(out)).sum()
+                fwd = jax.jit(f, in_shardings=sh)
+                grad = jax.jit(jax.grad(loss), in_shardings=sh, out_shardings=sh)
+                row[name] = {"forward": collectives(fwd.lower(x).compile().as_text()),
+                             "gradient": collectives(grad.lower(x).compile().as_text())}
+                values[name] = (fwd(x), grad(x))
+        row["after"]["value_diff"] = _diff(values["after"][0], values["before"][0])
+        row["after"]["grad_diff"] = _diff(values["after"][1], values["before"][1])
         rows.append(row)
     return rows
 
@@ -274,16 +332,16 @@ def _fmt(counts: dict) -> str:
 
 
 def within_bound(row) -> bool:
-    """Per sharded axis at most 2 collective-permutes forward and 4 in the gradient (8 in
-    a second derivative), nothing else; axes pooled whole: all-reduces only (2 forward,
-    3 gradient)."""
-    n = row["sharded_axes"]
+    """Per op and sharded axis at most 2 collective-permutes forward, 4 in a derivative
+    (the JVP, the gradient) and 8 in a second derivative, nothing else; axes pooled whole:
+    all-reduces only (2 forward, 3 in a derivative, 4 in a second)."""
+    n = row["sharded_axes"] * row.get("ops", 1)
     if row["whole"]:
         allowed = {"all-reduce"}
-        limits = {"forward": 2 * n, "gradient": 3 * n}
+        limits = {"forward": 2 * n, "jvp": 3 * n, "gradient": 3 * n, "second": 4 * n}
     else:
         allowed = {"collective-permute"}
-        limits = {"forward": 2 * n, "gradient": 4 * n, "second": 8 * n}
+        limits = {"forward": 2 * n, "jvp": 4 * n, "gradient": 4 * n, "second": 8 * n}
     for key, limit in limits.items():
         found = row.get(key)
         if found is None:
@@ -293,14 +351,40 @@ def within_bound(row) -> bool:
     return True
 
 
+COPIES = ("max", "nearest", "pad", "unpool", "shuffle")  # cases whose values are copies
+
+
+def problems(row) -> list[str]:
+    """What is wrong with a row: collectives past the bound, a gather or scatter in a
+    derivative, values of a copying op that are not the unsharded call's bits, or values
+    and derivatives off by more than 1e-5 of their scale."""
+    where = f"{row['case']} [{row['layout']}]"
+    bad = []
+    if any(w in row["case"] for w in COPIES) and not row["values_equal"]:
+        bad.append(f"{where}: values differ by {row['value_diff']:.2e}")
+    for key in ("value", "grad", "jvp", "second"):
+        diff, scale = row.get(f"{key}_diff"), row.get(f"{key}_scale", 1.0)
+        if diff is not None and diff > 1e-5 * max(1.0, scale):
+            bad.append(f"{where}: {key} differs by {diff:.2e}")
+    if not within_bound(row):
+        bad.append(f"{where}: forward {row['forward']}, jvp {row.get('jvp')}, gradient "
+                   f"{row['gradient']}, second {row.get('second')}")
+    if row["gather_in_gradient"] or row.get("gather_in_second"):
+        bad.append(f"{where}: {row['gather_in_gradient'] or row['gather_in_second']} in a "
+                   f"derivative")
+    return bad
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--quick", action="store_true",
                    help="a few cases (QUICK), channels-first only")
+    p.add_argument("--plain-jit", action="store_true",
+                   help="plain jit on a sharded input instead of shard_map")
     p.add_argument("--jit-table", action="store_true",
-                   help="plain jit instead: before and after jaxpool.halo_jit.partitioned")
+                   help="plain jit: today's program against the partitioned primitive")
     args = p.parse_args(argv)
     n = len(jax.devices())
     if n < 2 or n % 2:
@@ -320,16 +404,16 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     cases = [c for c in CASES if c[0] in QUICK] if args.quick else CASES
-    rows = run(cases, layouts=(False,) if args.quick else (False, True))
+    layouts = (False,) if args.quick else (False, True)
+    rows = run_jit(cases, layouts) if args.plain_jit else run(cases, layouts)
     ok = True
     for r in rows:
-        good = (within_bound(r) and not r["gather_in_gradient"] and not r.get("gather_in_second")
-                and r["value_diff"] <= 1e-5 * max(1.0, r["value_scale"])
-                and r["grad_diff"] <= 1e-5 * max(1.0, r["grad_scale"]))
+        good = not problems(r)
         ok &= good
         print(f"{'ok ' if good else 'BAD'} {r['case']:45s} {r['layout']:15s} "
-              f"forward {r['forward'] or '-'} gradient {r['gradient'] or '-'}"
-              + (f" second {r['second']}" if "second" in r else "")
+              f"forward {_fmt(r['forward'])}; gradient {_fmt(r['gradient'])}"
+              + (f"; jvp {_fmt(r['jvp'])}" if "jvp" in r else "")
+              + (f"; second {_fmt(r['second'])}" if "second" in r else "")
               + f" |dy| {r['value_diff']:.1e} |dg| {r['grad_diff']:.1e}")
     if args.json:
         with open(args.json, "w") as f:

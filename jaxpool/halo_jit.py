@@ -1,165 +1,467 @@
-"""Halo-only programs under plain ``jit``: a jaxpool op wrapped so that XLA's partitioner
-runs the per-device op (``axis_names=``, :mod:`jaxpool._halo`) on a spatially sharded
-input instead of splitting the op's slices and selects itself.
+"""Halo-only programs under plain ``jit``: every jaxpool op, called on more than one device,
+is one primitive whose lowering asks XLA's partitioner for the per-device op.
 
-``partitioned(jaxpool.avg_pool2d, 3, 2, 1)`` is ``lambda x: jaxpool.avg_pool2d(x, 3, 2, 1)``
-as a ``jax.experimental.custom_partitioning`` call: given the input's sharding, the
-partitioner calls the per-device op with the mesh axes of the sharded spatial axes, and
-the output is sharded like the input. ``custom_partitioning`` is not differentiable, so
-the wrapper is a ``custom_vjp`` whose backward pass is the same construction applied to
-the per-device VJP: reverse-mode derivatives of any order exchange only halos too.
-Forward mode (``jvp``) is not available through the wrapper (a ``custom_vjp``); the op
-itself, unwrapped, keeps it. Where the per-device op cannot hold (an output extent that
-does not divide over the devices, a halo wider than a block), the partitioner is asked for
-an input replicated along that axis: the values stay right, the program gathers.
+Given the input's sharding, the partitioner calls the op's per-device code (``axis_names=``,
+:mod:`jaxpool._halo`) with the mesh axis of each sharded spatial axis, on each device's
+block: one halo exchange per neighbour instead of the collectives XLA's own split of the
+op's slices and selects would move. On one device, or inside ``shard_map``, the primitive
+lowers to the op's own program.
 
-One batched array in (``[B, C, *spatial]`` or channels last), one out: ``return_indices``
-and ``max_unpool`` are per-device code only. Give the output's sharding (``out_shardings``
-or a constraint): Shardy's rule gives the output's spatial dimensions factors of their own.
+Derivatives keep both modes at every order. The op's primitive differentiates (jvp) into a
+second primitive for its tangent map, linear in the tangents; a linear primitive transposes
+into the primitive of its transpose (whose transpose is the first again); a batched one
+into the primitive of the per-device code under ``vmap``. Each lowers through the same
+partitioner callback to the per-device code's own derivative, which exchanges halos only
+(``ppermute`` transposes to a ``ppermute``) and holds no scatter or gather.
+
+Where the per-device op cannot hold (an output extent that does not divide over the
+devices, a halo wider than a block, an axis split over several mesh axes), the partitioner
+is asked for inputs replicated along the spatial axes: the values stay right, the program
+gathers.
+
+``route("never")`` turns the primitive off (each op traces its own program, as on one
+device); ``route("always")`` turns it on on one device too (tests of the primitive's
+rules); the default, ``"auto"``, uses it wherever JAX sees more than one device.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import math
+import threading
+from typing import Any, Callable, Iterator, Literal
+
 import jax
-from jax.experimental.custom_partitioning import custom_partitioning
+import jax.extend.core
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+RouteMode = Literal["auto", "always", "never"]
 
 
-def partitioned(op, *args, channels_last: bool = False, **kwargs):
-    """``x -> op(x, *args, **kwargs, channels_last=channels_last)`` for batched inputs
-    ``[B, C, *spatial]`` (or channels last), partitioned per device along sharded spatial
-    axes. For ``jaxpool.pad`` the names go to the padded axes."""
-    def body(x, axis_names=None):
-        return op(x, *args, **kwargs, channels_last=channels_last, axis_names=axis_names)
+# --- when an op takes the primitive -------------------------------------------------------
 
-    def spatial(rank):
-        if op.__name__ == "pad":
-            pairs = len(args[0] if args else kwargs["pad"]) // 2
-            last = rank - 1 - (1 if channels_last else 0)
-            return sorted(last - i for i in range(pairs))
-        return list(range(1, rank - 1)) if channels_last else list(range(2, rank))
-
-    return _differentiable(body, 1, spatial)
+class _State(threading.local):
+    mode: str = "auto"
+    per_device: int = 0  # > 0 while an op's per-device code is traced: no primitive there
 
 
-def _names(sharding, rank: int, axes) -> tuple:
-    spec = list(sharding.spec) + [None] * (rank - len(sharding.spec))
-    names = []
-    for axis in axes:
-        entry = spec[axis]
-        if isinstance(entry, tuple):
-            entry = entry[0] if len(entry) == 1 else entry
-        names.append(entry)
-    return tuple(names)
+_STATE = _State()
 
 
-def _partitioned_call(body, nargs: int, spatial):
-    """``body(*arrays)`` as one custom_partitioning call; every operand is laid out like the
-    first (the primal input), the result like the first too where its rank matches."""
+@contextlib.contextmanager
+def route(mode: RouteMode) -> Iterator[None]:
+    """Within the block, ops called outside ``shard_map`` take the partitioned primitive
+    ``"always"``, ``"never"``, or (``"auto"``, the default) where JAX has several
+    devices. Read when an op is traced."""
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"route: mode must be 'auto', 'always' or 'never', got {mode!r}")
+    before, _STATE.mode = _STATE.mode, mode
+    try:
+        yield
+    finally:
+        _STATE.mode = before
+
+
+@contextlib.contextmanager
+def _per_device() -> Iterator[None]:
+    _STATE.per_device += 1
+    try:
+        yield
+    finally:
+        _STATE.per_device -= 1
+
+
+def active(x: Any) -> bool:
+    """Whether an op called on ``x`` (without ``axis_names``) takes the primitive."""
+    if _STATE.mode == "never" or _STATE.per_device or not hasattr(jax, "shard_map"):
+        return False
+    aval = getattr(x, "aval", None)
+    if getattr(aval, "vma", None):  # a per-device value inside shard_map
+        return False
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    types = getattr(mesh, "axis_types", ())
+    if any(str(t) != str(jax.sharding.AxisType.Auto) for t in types):
+        return False  # explicit sharding types its outputs itself: today's program
+    return _STATE.mode == "always" or jax.device_count() > 1
+
+
+# --- what a primitive computes: the op, its tangent map, transposes, batches ---------------
+
+def _frozen(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return tuple(_frozen(v) for v in value.tolist())
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """``fn(*before, *arrays, *after, **kwargs, axis_names=names)``: a public op's call;
+    ``spatial`` are the first array's axes that ``axis_names`` name, in order."""
+    fn: Callable
+    before: tuple
+    after: tuple
+    kwargs: tuple
+    spatial: tuple[int, ...]
+    single: bool  # the op returns one array, not a tuple
+    linear_from = None  # nonlinear in every array (a max picks, a power bends)
+
+    def local(self, names) -> Callable:
+        def run(*arrays):
+            out = self.fn(*self.before, *arrays, *self.after, **dict(self.kwargs),
+                          axis_names=names)
+            return (out,) if self.single else tuple(out)
+        return run
+
+
+@dataclasses.dataclass(frozen=True)
+class Tangent:
+    """``parent``'s tangent map: ``(*primals, *tangents of diff_args) -> tangents of
+    diff_outs``, linear in the tangents."""
+    parent: Any
+    diff_args: tuple[int, ...]
+    diff_outs: tuple[int, ...]
+    nargs: int
+
+    @property
+    def linear_from(self) -> int:
+        return self.nargs
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return self.parent.spatial
+
+    def local(self, names) -> Callable:
+        parent = self.parent.local(names)
+
+        def run(*args):
+            primals, given = args[:self.nargs], iter(args[self.nargs:])
+            tangents = [next(given) if i in self.diff_args else _zero_tangent(p)
+                        for i, p in enumerate(primals)]
+            _, out = jax.jvp(parent, tuple(primals), tuple(tangents))
+            return tuple(out[i] for i in self.diff_outs)
+        return run
+
+
+@dataclasses.dataclass(frozen=True)
+class Transpose:
+    """A tangent map's transpose: ``(*primals, *cotangents of its outputs) -> cotangents
+    of its tangents``, linear in the cotangents."""
+    parent: Tangent
+
+    @property
+    def linear_from(self) -> int:
+        return self.parent.linear_from
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return self.parent.spatial
+
+    def local(self, names) -> Callable:
+        parent, k = self.parent.local(names), self.parent.linear_from
+
+        def run(*args):
+            fixed, cotangents = args[:k], args[k:]
+            zeros = [jnp.zeros_like(fixed[i]) for i in self.parent.diff_args]
+            _, pullback = jax.vjp(lambda *lin: parent(*fixed, *lin), *zeros)
+            return tuple(pullback(tuple(cotangents)))
+        return run
+
+
+@dataclasses.dataclass(frozen=True)
+class Batched:
+    """``parent`` under ``vmap``, every array and result batched along a new axis 0."""
+    parent: Any
+
+    @property
+    def linear_from(self):
+        return self.parent.linear_from
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return tuple(d + 1 for d in self.parent.spatial)
+
+    def local(self, names) -> Callable:
+        return jax.vmap(self.parent.local(names))
+
+
+def _zero_tangent(primal):
+    if jnp.issubdtype(primal.dtype, jnp.inexact):
+        return jnp.zeros_like(primal)
+    return np.zeros(primal.shape, jax.dtypes.float0)
+
+
+def _transpose_of(node) -> Any:
+    """The transpose of a linear node: transposing twice gives the node back, and
+    transposing commutes with ``vmap``, so every transpose is of a tangent map."""
+    if isinstance(node, Transpose):
+        return node.parent
+    if isinstance(node, Batched):
+        return Batched(_transpose_of(node.parent))
+    return Transpose(node)
+
+
+def _traced_local(node, names) -> Callable:
+    run = node.local(names)
+
+    def per_device(*arrays):
+        with _per_device():
+            return run(*arrays)
+    return per_device
+
+
+# --- the primitive ----------------------------------------------------------------------
+
+halo_p = jax.extend.core.Primitive("jaxpool_halo")
+halo_p.multiple_results = True
+
+
+def call(fn: Callable, arrays: tuple, spatial, *, before: tuple = (), after: tuple = (),
+         single: bool = True, **kwargs):
+    """``fn(*before, *arrays, *after, **kwargs)`` as the partitioned primitive."""
+    op = Op(fn, _frozen(before), _frozen(after), tuple(sorted(
+        (k, _frozen(v)) for k, v in kwargs.items())), tuple(spatial), single)
+    out = _bind(*(jnp.asarray(a) for a in arrays), node=op)
+    return out[0] if single else tuple(out)
+
+
+def _bind(*args, node) -> list:
+    # With several devices the params carry the partitioned call's jaxpr: the lowering's
+    # custom_partitioning call, found there by jit, which then lowers with the devices.
+    types = tuple((tuple(a.shape), a.dtype) for a in args)
+    partitioned = _partitioned_jaxpr(node, types) if jax.device_count() > 1 else None
+    return halo_p.bind(*args, node=node, partitioned=partitioned)
+
+
+@functools.lru_cache(maxsize=1024)
+def _partitioned_jaxpr(node, types):
+    return jax.make_jaxpr(_partitioned(node))(*(jax.ShapeDtypeStruct(s, d) for s, d in types))
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_types(node, types) -> tuple:
+    structs = [jax.ShapeDtypeStruct(s, d) for s, d in types]
+    return tuple((o.shape, o.dtype, bool(getattr(o, "weak_type", False)))
+                 for o in jax.eval_shape(_traced_local(node, None), *structs))
+
+
+def _abstract_eval(*avals, node, partitioned):
+    types = tuple((a.shape, a.dtype) for a in avals)
+    out = [jax.core.ShapedArray(s, d, weak_type=w) for s, d, w in _result_types(node, types)]
+    vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in avals))
+    return [o.update(vma=vma) for o in out] if vma else out
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(node):
+    return jax.jit(lambda *a: _bind(*a, node=node))
+
+
+def _impl(*args, node, partitioned):
+    return _compiled(node)(*args)
+
+
+def _jvp(primals, tangents, *, node, partitioned):
+    outs = _bind(*primals, node=node)
+    diff_args = tuple(i for i, t in enumerate(tangents) if type(t) is not ad.Zero)
+    diff_outs = tuple(j for j, o in enumerate(outs) if jnp.issubdtype(o.dtype, jnp.inexact))
+    zeros = [ad.Zero(jax.core.ShapedArray(o.shape, o.dtype if j in diff_outs else
+                                          jax.dtypes.float0)) for j, o in enumerate(outs)]
+    if not diff_args or not diff_outs:
+        return outs, zeros
+    k = node.linear_from
+    if k is not None and diff_args[0] >= k and len(diff_outs) == len(outs):
+        # linear in the differentiated arrays: the tangent map is the primitive itself
+        lin = [ad.instantiate_zeros(t) for t in tangents[k:]]
+        return outs, _bind(*primals[:k], *lin, node=node)
+    tangent = Tangent(node, diff_args, diff_outs, len(primals))
+    result = _bind(*primals, *(tangents[i] for i in diff_args), node=tangent)
+    out_tangents = list(zeros)
+    for j, t in zip(diff_outs, result):
+        out_tangents[j] = t
+    return outs, out_tangents
+
+
+def _transpose(cotangents, *args, node, partitioned):
+    k = node.linear_from
+    if k is None or any(ad.is_undefined_primal(a) for a in args[:k]):
+        raise NotImplementedError(f"jaxpool_halo: {node} is not linear in these arguments")
+    linear = args[k:]
+    cts = [ad.instantiate_zeros(c) for c in cotangents]
+    result = _bind(*args[:k], *cts, node=_transpose_of(node))
+    return [None] * k + [r if ad.is_undefined_primal(a) else None
+                         for a, r in zip(linear, result)]
+
+
+def _batch(args, dims, *, node, partitioned):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [jnp.moveaxis(a, d, 0) if d is not None else
+             jnp.broadcast_to(a, (size, *a.shape)) for a, d in zip(args, dims)]
+    out = _bind(*moved, node=Batched(node))
+    return out, [0] * len(out)
+
+
+def _lower(ctx, *args, node, partitioned):
+    # Inside shard_map the arrays are already per device, and one device has nothing to
+    # partition: the op's own program.
+    context = ctx.module_context.axis_context
+    if getattr(context, "manual_axes", None) or getattr(context, "num_devices", 1) < 2 \
+            or partitioned is None:
+        fn = _traced_local(node, None)
+    else:
+        fn = jax.extend.core.jaxpr_as_fun(partitioned)
+    return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
+
+
+halo_p.def_impl(_impl)
+halo_p.def_abstract_eval(_abstract_eval)
+mlir.register_lowering(halo_p, _lower)
+ad.primitive_jvps[halo_p] = _jvp
+ad.primitive_transposes[halo_p] = _transpose
+batching.primitive_batchers[halo_p] = _batch
+
+
+# --- the partitioner's callbacks ----------------------------------------------------------
+
+@functools.lru_cache(maxsize=1024)
+def _partitioned(node):
+    from jax.experimental.custom_partitioning import custom_partitioning
 
     @custom_partitioning
-    def call(*arrays):
-        # A nested jit keeps the body's constants out of the traced function.
-        return jax.jit(lambda *a: body(*a, axis_names=None))(*arrays)
+    def partitioned(*arrays):
+        # a nested jit keeps the op's constants out of the traced call, which takes none
+        return jax.jit(_traced_local(node, None))(*arrays)
 
     def partition(mesh, arg_shapes, result_shape):
-        first = arg_shapes[0]
-        rank = len(first.shape)
-        axes = spatial(rank)
-        sharding = first.sharding if isinstance(first.sharding, NamedSharding) else \
-            NamedSharding(mesh, P())
-        names = _names(sharding, rank, axes)
-        multi = [n for n in names if n is not None and not isinstance(n, str)]
-        if multi:  # an axis split over several mesh axes: keep it whole
-            spec = list(sharding.spec) + [None] * (rank - len(sharding.spec))
-            for axis, name in zip(axes, names):
-                if name in multi:
-                    spec[axis] = None
-            sharding = NamedSharding(mesh, P(*spec))
-            names = tuple(None if n in multi else n for n in names)
-        shapes = [a.shape for a in arg_shapes]
-        try:  # does the per-device op hold on this sharding?
-            _check(body, shapes, sharding, mesh, names, nargs)
-        except ValueError:
-            sharding = NamedSharding(mesh, P(*[None if i in axes else e for i, e in enumerate(
-                list(sharding.spec) + [None] * (rank - len(sharding.spec)))]))
-            names = (None,) * len(axes)
-        out_rank = len(result_shape.shape)
-        out_spec = (list(sharding.spec) + [None] * (rank - len(sharding.spec)))[:out_rank] \
-            if out_rank == rank else [None] * out_rank
-        out_sharding = NamedSharding(mesh, P(*out_spec))
-        in_shardings = tuple(sharding if len(a.shape) == rank else NamedSharding(mesh, P())
-                             for a in arg_shapes)
-        use = names if any(n is not None for n in names) else None
-
-        def lower(*arrays):
-            return body(*arrays, axis_names=use)
-
-        return mesh, lower, out_sharding, in_shardings
+        names, in_specs, out_specs = _layout(node, mesh, arg_shapes, result_shape)
+        return (mesh, _traced_local(node, names),
+                tuple(NamedSharding(mesh, s) for s in out_specs),
+                tuple(NamedSharding(mesh, s) for s in in_specs))
 
     def infer(mesh, arg_shapes, result_shape):
-        first = arg_shapes[0]
-        return first.sharding
+        _, _, out_specs = _layout(node, mesh, arg_shapes, result_shape)
+        return tuple(NamedSharding(mesh, s) for s in out_specs)
 
-    call.def_partition(infer_sharding_from_operands=infer, partition=partition,
-                       sharding_rule=_rule)
-    return call
-
-
-def _rule(mesh, operand_types, result_types) -> str:
-    """Shardy's rule: a factor per dimension, the first operand's shared by operands of its
-    rank; the output's spatial extents change, so its factors are its own (the partition
-    callback sets the shardings)."""
-    letters = iter(_LETTERS)
-    first = [next(letters) for _ in operand_types[0].shape]
-    operands = [" ".join(first if len(t.shape) == len(first) else
-                         [next(letters) for _ in t.shape]) for t in operand_types]
-    results = [" ".join(next(letters) for _ in t.shape) for t in result_types]
-    return ", ".join(operands) + " -> " + ", ".join(results)
+    partitioned.def_partition(infer_sharding_from_operands=infer, partition=partition,
+                              sharding_rule=_rule_for(node))
+    return partitioned
 
 
-def _check(body, shapes, sharding, mesh, names, nargs):
-    """Raise the per-device op's ValueError if it cannot hold on this sharding."""
-    from jax import ShapeDtypeStruct
-    if all(n is None for n in names):
-        return
-    spec = sharding.spec
-    # ``out_specs=P()`` claims one output for all devices, which the per-device result is
-    # not: only the shapes matter here (the op's own ValueError), so the check is off.
-    f = jax.shard_map(lambda *a: body(*a, axis_names=names), mesh=mesh,
-                      in_specs=tuple(spec if len(s) == len(shapes[0]) else P() for s in shapes),
-                      out_specs=P(), check_vma=False)
-    jax.eval_shape(f, *[ShapeDtypeStruct(s, "float32") for s in shapes])
+def _layout(node, mesh, arg_shapes, result_shapes):
+    """The mesh axis of each spatial axis (or None) and every array's PartitionSpec: the
+    first array's sharding, where the per-device op holds on it; else replicated along the
+    spatial axes (then along every axis)."""
+    first = arg_shapes[0]
+    rank = len(first.shape)
+    spec = _full_spec(first.sharding, rank)
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape)) if hasattr(mesh, "devices") \
+        else dict(mesh.shape)
+    names = []
+    for axis in node.spatial:
+        entry = spec[axis]
+        if isinstance(entry, tuple):
+            entry = entry[0] if len(entry) == 1 else None  # split over several: keep whole
+        spec[axis] = entry
+        names.append(entry)
+    outs = tuple(result_shapes)
+    attempts = [(tuple(names), spec)] if any(n is not None for n in names) else []
+    whole = [None if i in node.spatial else e for i, e in enumerate(spec)]
+    attempts += [((None,) * len(names), whole), ((None,) * len(names), [None] * rank)]
+    for try_names, try_spec in attempts:
+        in_specs = tuple(_spec_for(a.shape, try_spec, node.spatial, sizes) for a in arg_shapes)
+        out_specs = tuple(_spec_for(o.shape, try_spec, node.spatial, sizes) for o in outs)
+        if _holds(node, mesh, try_names, in_specs, out_specs, arg_shapes, outs):
+            return (try_names if any(n is not None for n in try_names) else None,
+                    in_specs, out_specs)
+    raise AssertionError("jaxpool_halo: no layout holds, not even a replicated one")
 
 
-def _differentiable(body, nargs: int, spatial):
-    call = _partitioned_call(body, nargs, spatial)
-
-    @jax.custom_vjp
-    def f(*arrays):
-        return call(*arrays)
-
-    def f_fwd(*arrays):
-        # f itself, not the bare call: a higher derivative differentiates this output too
-        return f(*arrays), arrays
-
-    def f_bwd(arrays, cotangent):
-        def vjp_body(*a, axis_names=None):
-            primals, ct = a[:-1], a[-1]
-            _, pullback = jax.vjp(lambda *p: body(*p, axis_names=axis_names), *primals)
-            return pullback(ct)
-        grads = _differentiable_multi(vjp_body, len(arrays) + 1, spatial)(*arrays, cotangent)
-        return tuple(grads)
-
-    f.defvjp(f_fwd, f_bwd)
-    return f
+def _full_spec(sharding, rank: int) -> list:
+    spec = list(sharding.spec) if isinstance(sharding, NamedSharding) else []
+    return spec + [None] * (rank - len(spec))
 
 
-def _differentiable_multi(body, nargs, spatial):
-    """As :func:`_differentiable` for a body returning a tuple (a VJP's cotangents)."""
-    return lambda *arrays: tuple(_differentiable(
-        lambda *a, axis_names=None, i=i: body(*a, axis_names=axis_names)[i], nargs, spatial)(
-            *arrays) for i in range(nargs - 1))
+def _spec_for(shape, spec, spatial, sizes) -> P:
+    """An array's spec from the first array's: the same axes where its rank is the first's,
+    the spatial axes dropped where it lacks them (a global pool's ``[B, C]``); an axis
+    keeps its mesh axis only where its extent divides over it."""
+    if len(shape) == len(spec):
+        entries = list(spec)
+    elif len(shape) == len(spec) - len(spatial):
+        entries = [e for i, e in enumerate(spec) if i not in spatial]
+    else:
+        return P()
+    return P(*[e if e is None or (n % _size(e, sizes) == 0 and n >= _size(e, sizes)) else None
+               for e, n in zip(entries, shape)])
+
+
+def _size(entry, sizes) -> int:
+    return int(np.prod([sizes[e] for e in (entry if isinstance(entry, tuple) else (entry,))]))
+
+
+def _holds(node, mesh, names, in_specs, out_specs, arg_shapes, outs) -> bool:
+    """Whether the per-device op, on these specs, runs and gives each device its block of
+    every result (its own ValueError where a halo or an output does not fit)."""
+    f = jax.shard_map(_traced_local(node, names), mesh=mesh, in_specs=in_specs,
+                      out_specs=out_specs, check_vma=False)
+    try:
+        got = jax.eval_shape(f, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arg_shapes])
+    except Exception:  # noqa: BLE001 (the op's ValueError, or shard_map's on the specs)
+        return False
+    return all(tuple(g.shape) == tuple(o.shape) for g, o in zip(got, outs))
+
+
+def _rule_for(node) -> Callable:
+    """Shardy's rule: each axis of an array shares a factor with the first array's axis it
+    matches (the same axis where the ranks agree; a global pool's ``[B, C]`` lacks the
+    spatial ones). Where the extents differ (a pool's output, an upsampling's), the axes
+    share their greatest common divisor as the major factor of each, so that a sharding
+    of the input's axis carries over to the output's as blocks of its rows."""
+    from jax.experimental.custom_partitioning import (ArrayMapping, CompoundFactor,
+                                                      SdyShardingRule)
+
+    def rule(mesh, operand_types, result_types):
+        devices = [n for n in dict(mesh.shape).values() if n > 1]
+        first = tuple(operand_types[0].shape)
+        names = (f"f{i}" for i in range(1 << 16))
+        arrays = [tuple(t.shape) for t in (*operand_types, *result_types)]
+        kept = [i for i in range(len(first)) if i not in node.spatial]
+        where = [list(range(len(first))) if len(a) == len(first) else
+                 kept if len(a) == len(first) - len(node.spatial) else [None] * len(a)
+                 for a in arrays]
+        dims: list[list] = [[None] * len(a) for a in arrays]
+        sizes: dict[str, int] = {}
+        for axis in range(len(first)):
+            members = [(k, w.index(axis)) for k, w in enumerate(where) if axis in w]
+            extents = [arrays[k][j] for k, j in members]
+            shared = next(names)
+            # an axis reduced whole (extent 1) shares nothing: the others share their gcd
+            g = math.gcd(*(n for n in extents if n > 1)) if any(n > 1 for n in extents) else 1
+            if any(g % n for n in devices) and len(set(extents)) > 1:
+                g = 1  # a block of rows per device on every array, or nothing shared
+            for (k, j), n in zip(members, extents):
+                if n == 1 and g > 1:
+                    dims[k][j] = next(names)
+                elif n == g:
+                    dims[k][j] = shared
+                elif g == 1:
+                    dims[k][j] = next(names)
+                else:
+                    inner = next(names)
+                    sizes[inner] = n // g
+                    dims[k][j] = CompoundFactor(shared, inner)
+            if g > 1 and g not in extents:
+                sizes[shared] = g
+        for k, a in enumerate(arrays):
+            dims[k] = [d if d is not None else next(names) for d in dims[k]]
+        mappings = [ArrayMapping(*d) for d in dims]
+        return SdyShardingRule(tuple(mappings[:len(operand_types)]),
+                               tuple(mappings[len(operand_types):]), **sizes)
+    return rule

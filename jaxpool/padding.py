@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _halo, _pad
+from jaxpool import _checks, _halo, _pad, halo_jit
 from jaxpool.placement import plan_pad
 
 PadMode = Literal["constant", "reflect", "replicate", "circular"]
@@ -55,8 +55,8 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
       axis_names: inside ``shard_map``, the mesh axis name of each padded axis, outermost
         first (None: unsharded); each device pads its block of the output, exchanging
         only the rows it copies from its neighbours. Under plain ``jit`` a sharded input
-        gets the unsharded program (right values, more collectives) unless wrapped by
-        :func:`jaxpool.halo_jit.partitioned`: see :doc:`scale`.
+        needs none: the op partitions itself the same way (:mod:`jaxpool.halo_jit`,
+        :doc:`scale`).
 
     Returns:
       ``x``'s dtype; each padded axis grows by ``lo + hi``.
@@ -74,4 +74,12 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
     fill = np.asarray(plan.value).astype(np.dtype(array.dtype))
     if axis_names is not None:
         return _halo.pad(_pad.pad, plan, _checks.as_jax(array), jnp.asarray(fill), axis_names)
+    if halo_jit.active(array):
+        last = array.ndim - (2 if channels_last else 1)
+        padded = tuple(sorted(last - i for i in range(len(pad) // 2)))
+        return halo_jit.call(_PAD, (array,), padded, after=(pad, mode, value),
+                             channels_last=channels_last)
     return _pad.pad(plan, _checks.as_jax(array), fill)
+
+
+_PAD = pad  # the function, where its own argument ``pad`` hides its name

@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpool import _axis, _checks, _halo, _select
+from jaxpool import _axis, _checks, _halo, _select, halo_jit
 from jaxpool.strategy_table import current_backend
-from jaxpool.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
-                          plan_global, plan_lp_pool, plan_max_pool)
+from jaxpool.plan import (PoolPlan, _spatial_axes, check_norm_type, plan_adaptive,
+                          plan_avg_pool, plan_global, plan_lp_pool, plan_max_pool)
 
 Size = Union[int, Sequence[int]]
 """An int for every spatial axis, or one entry per axis (a 1-sequence is repeated)."""
@@ -98,6 +98,10 @@ def _avg_pool(op, ndim, x, kernel_size, stride, padding, ceil_mode, count_includ
     plan = plan_avg_pool(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
                          kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override, channels_last, current_backend())
+    if axis_names is None and halo_jit.active(x):
+        return halo_jit.call(_avg_pool, (x,), plan.spatial_axes, before=(op, ndim), after=(
+            kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+            channels_last))
     return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
@@ -105,6 +109,9 @@ def _adaptive_avg_pool(op, ndim, x, output_size, channels_last, axis_names=None)
     x = _static(op, x)
     plan = plan_adaptive(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
                          output_size, channels_last, current_backend())
+    if axis_names is None and halo_jit.active(x):
+        return halo_jit.call(_adaptive_avg_pool, (x,), plan.spatial_axes, before=(op, ndim),
+                             after=(output_size, channels_last))
     return _sharded(_mean, plan, _checks.as_jax(x), axis_names)
 
 
@@ -113,6 +120,10 @@ def _max_pool(op, ndim, x, kernel_size, stride, padding, dilation, ceil_mode,
     x = _static(op, x)
     plan = plan_max_pool(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
                          kernel_size, stride, padding, dilation, ceil_mode, channels_last)
+    if axis_names is None and halo_jit.active(x):
+        return halo_jit.call(_max_pool, (x,), plan.spatial_axes, before=(op, ndim), after=(
+            kernel_size, stride, padding, dilation, ceil_mode, return_indices, channels_last),
+            single=not return_indices)
     return _sharded_max(plan, _checks.as_jax(x),
                         _checks.check_bool("return_indices", return_indices), axis_names)
 
@@ -122,6 +133,10 @@ def _adaptive_max_pool(op, ndim, x, output_size, return_indices, channels_last,
     x = _static(op, x)
     plan = plan_adaptive(op, _shape(op, x, ndim, channels_last, axis_names), x.dtype, ndim,
                          output_size, channels_last)
+    if axis_names is None and halo_jit.active(x):
+        return halo_jit.call(_adaptive_max_pool, (x,), plan.spatial_axes, before=(op, ndim),
+                             after=(output_size, return_indices, channels_last),
+                             single=not return_indices)
     return _sharded_max(plan, _checks.as_jax(x),
                         _checks.check_bool("return_indices", return_indices), axis_names)
 
@@ -131,6 +146,12 @@ def _lp_pool(op, ndim, x, norm_type, kernel_size, stride, ceil_mode, channels_la
     x = _static(op, x)
     norm_type = check_norm_type(norm_type)
     shape = _shape(op, x, ndim, channels_last, axis_names)
+    if axis_names is None and halo_jit.active(x):
+        plan_lp_pool(op, shape, x.dtype, ndim, norm_type, kernel_size, stride, ceil_mode,
+                     channels_last, current_backend())  # the checks, before the primitive
+        return halo_jit.call(_lp_pool, (x,), _spatial_axes(len(shape), ndim, channels_last),
+                             before=(op, ndim), after=(norm_type, kernel_size, stride,
+                                                       ceil_mode, channels_last))
     if math.isinf(norm_type):
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
         plan = plan_max_pool(op, shape, x.dtype, ndim, kernel_size, stride, 0, 1,
@@ -185,9 +206,8 @@ def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -219,9 +239,8 @@ def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -253,9 +272,8 @@ def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; each spatial extent
@@ -283,9 +301,8 @@ def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -311,9 +328,8 @@ def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -339,9 +355,8 @@ def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last:
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``. float16/bfloat16
@@ -390,9 +405,8 @@ def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -443,9 +457,8 @@ def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -496,9 +509,8 @@ def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padd
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype (values bit for bit torch's); each spatial extent
@@ -540,9 +552,8 @@ def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: b
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -583,9 +594,8 @@ def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: b
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -626,9 +636,8 @@ def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: b
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the spatial extents ``output_size``; with
@@ -661,9 +670,8 @@ def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool1d` without padding.
@@ -696,9 +704,8 @@ def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool2d` without padding.
@@ -731,9 +738,8 @@ def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | 
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype, shaped as :func:`avg_pool3d` without padding.
@@ -756,9 +762,8 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False,
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``[B, C]`` in ``x``'s dtype. float16/bfloat16 accumulate in float32 and round once.
@@ -770,6 +775,9 @@ def global_avg_pool(x: ArrayLike, *, channels_last: bool = False,
     array = _static("global_avg_pool", x)
     plan = plan_global("global_avg_pool", _shape("global_avg_pool", array, 2, channels_last,
                                                  axis_names), array.dtype, channels_last)
+    if axis_names is None and halo_jit.active(array):
+        return halo_jit.call(global_avg_pool, (array,), plan.spatial_axes,
+                             channels_last=channels_last)
     if axis_names is not None:  # each device's mean over its block, then one psum
         return _sharded(_mean, plan, _checks.as_jax(array), axis_names).reshape(
             plan.output_shape[0], -1)
@@ -786,9 +794,8 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False,
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``[B, C]`` in ``x``'s dtype.
@@ -800,6 +807,9 @@ def global_max_pool(x: ArrayLike, *, channels_last: bool = False,
     array = _static("global_max_pool", x)
     plan = plan_global("global_max_pool", _shape("global_max_pool", array, 2, channels_last,
                                                  axis_names), array.dtype, channels_last)
+    if axis_names is None and halo_jit.active(array):
+        return halo_jit.call(global_max_pool, (array,), plan.spatial_axes,
+                             channels_last=channels_last)
     return _sharded_max(plan, _checks.as_jax(array), False, axis_names).reshape(
         plan.output_shape[0], -1)
 
@@ -827,6 +837,12 @@ def _max_unpool(op: str, ndim: int, x: ArrayLike, indices: ArrayLike, kernel_siz
                            shape if index_array.shape == values.shape else index_array.shape,
                            index_array.dtype)
     index_array = _checks.as_jax(index_array)
+    if axis_names is None and isinstance(index_array, jax.core.Tracer) and \
+            halo_jit.active(values):
+        # (concrete indices are checked eagerly below, by today's program)
+        return halo_jit.call(_max_unpool, (values, index_array), plan.spatial_axes,
+                             before=(op, ndim), after=(kernel_size, stride, padding,
+                                                       output_size, channels_last))
     if axis_names is not None:  # per-device values and indices (unchecked, as under jit)
         return _halo.unpool(_unpool.max_unpool, plan, _checks.as_jax(values), index_array,
                             axis_names)
@@ -882,9 +898,8 @@ def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       channels_last: channels after the spatial axis.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; L becomes ``(L - 1)*stride - 2*padding + kernel_size``, or
@@ -931,9 +946,8 @@ def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes
@@ -983,9 +997,8 @@ def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size,
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
-        Under plain ``jit`` a sharded input gets the unsharded program (right values,
-        more collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        Under plain ``jit`` a sharded input needs none: the op partitions itself the
+        same way (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype; each spatial extent becomes

@@ -14,7 +14,7 @@ from typing import Sequence, Union
 import jax
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _halo, _resample
+from jaxpool import _checks, _halo, _resample, halo_jit
 from jaxpool.strategy_table import current_backend
 from jaxpool.pooling import AxisNames, _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
@@ -71,9 +71,8 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
       channels_last: channels after the spatial axes.
       axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis,
         outermost first (None: unsharded): each device exchanges only its halo. Under
-        plain ``jit`` a sharded input gets the unsharded program (right values, more
-        collectives) unless wrapped by :func:`jaxpool.halo_jit.partitioned`: see
-        :doc:`scale`.
+        plain ``jit`` a sharded input needs none: the op partitions itself the same way
+        (:mod:`jaxpool.halo_jit`, :doc:`scale`).
 
     Returns:
       ``x``'s layout and dtype with the new spatial extents. float16/bfloat16 compute in
@@ -93,6 +92,10 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
                                  axis_names=axis_names)
     if axis_names is not None:
         return _halo.resample(_resample.run, plan, _checks.as_jax(array), axis_names)
+    if halo_jit.active(array):
+        return halo_jit.call(interpolate, (array,), plan.spatial_axes, after=(
+            size, scale_factor, mode, align_corners, recompute_scale_factor, antialias),
+            channels_last=channels_last)
     return _resample.run(plan, _checks.as_jax(array))
 
 
@@ -162,6 +165,9 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
     r, _ = plan_pixel_shuffle("pixel_shuffle", array.shape, upscale_factor, channels_last,
                               inverse=False)
     _halo.check_shuffle("pixel_shuffle", array.shape, channels_last, axis_names, r, False)
+    if axis_names is None and halo_jit.active(array):
+        return halo_jit.call(pixel_shuffle, (array,), _last_two(array.ndim, channels_last),
+                             after=(upscale_factor,), channels_last=channels_last)
     return _shuffle(_checks.as_jax(array), r, bool(channels_last))
 
 
@@ -190,7 +196,15 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
     r, _ = plan_pixel_shuffle("pixel_unshuffle", array.shape, downscale_factor, channels_last,
                               inverse=True)
     _halo.check_shuffle("pixel_unshuffle", array.shape, channels_last, axis_names, r, True)
+    if axis_names is None and halo_jit.active(array):
+        return halo_jit.call(pixel_unshuffle, (array,), _last_two(array.ndim, channels_last),
+                             after=(downscale_factor,), channels_last=channels_last)
     return _unshuffle(_checks.as_jax(array), r, bool(channels_last))
+
+
+def _last_two(rank: int, channels_last) -> tuple[int, int]:
+    last = rank - (2 if channels_last else 1)
+    return (last - 1, last)
 
 
 _shuffle = jax.jit(_resample.pixel_shuffle, static_argnums=(1, 2))

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A few cases in the default run (compiling sharded programs costs seconds each on a
 # shared CPU); every case, both layouts, under -m slow.
+TABLE_DEFAULT = ("max_pool2d(x, 3, 2, 1)", "pad(x, 3, mode='reflect')")
 DEFAULT = ("max_pool2d 3/2/1", "adaptive_avg_pool2d 32 -> 24 (ragged)", "global_max_pool",
            "interpolate bilinear x2", "pad reflect", "max_unpool1d 3/2/1, output 32")
 
@@ -58,35 +59,38 @@ SCRIPT = textwrap.dedent("""
             errors[name] = None
         except (ValueError, TypeError) as err:
             errors[name] = f"{type(err).__name__}: {err}"
-    jit_rows = halo_check.jit_table(["max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')",
-                                     "pad(x, 3, mode='reflect')"])
-    # the plain-jit wrapper's second derivative: reverse over reverse
+    # under plain jit: the same cases, then today's program against the primitive
+    jit_rows = halo_check.run_jit(cases, layouts=tuple(layouts))
+    table = halo_check.jit_table(config["table"])
+    # reverse over reverse under plain jit, against the unsharded call
     from jax.sharding import NamedSharding
-    from jaxpool.halo_jit import partitioned
-    pool = partitioned(jaxpool.max_pool2d, 3, 2, 1)
     rows_sh = NamedSharding(mesh, P(None, None, "a"))
     x = jax.random.normal(jax.random.key(1), (2, 3, 32, 6))
-    second = jax.jit(jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(pool(u))).sum())(v) ** 2).sum()),
+    def second_of(pool):
+        return jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(pool(u))).sum())(v) ** 2).sum())
+    second = jax.jit(second_of(lambda u: jaxpool.max_pool2d(u, 3, 2, 1)),
                      in_shardings=rows_sh, out_shardings=rows_sh)
-    ref = jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(jaxpool.max_pool2d(u, 3, 2, 1))).sum())(v) ** 2).sum())
+    with jaxpool.halo_jit.route("never"):
+        ref = jax.jit(second_of(lambda u: jaxpool.max_pool2d(u, 3, 2, 1)))(x)
     jit_second = {"collectives": halo_check.collectives(second.lower(x).compile().as_text()),
-                  "diff": halo_check._diff(second(x), ref(x))}
+                  "diff": halo_check._diff(second(x), ref)}
     json.dump({"devices": len(jax.devices()), "rows": rows, "errors": errors,
-               "jit_rows": jit_rows, "jit_second": jit_second,
+               "jit_rows": jit_rows, "table": table, "jit_second": jit_second,
                "vma": vma_check(config["vma"])}, open(out, "w"))  # vma_check: VMA_SCRIPT's
 """)
 
 
-def _run(tmp_path, labels, layouts, vma) -> dict:
+def _run(tmp_path, labels, layouts, vma, table) -> dict:
     """One subprocess on 8 host devices: the halo cases named in ``labels`` (None: all) in
-    ``layouts``, the error and plain-jit checks, and shard_map's default check of the ops
-    named in ``vma`` (an empty list: all)."""
+    ``layouts``, inside shard_map and under plain jit, the error checks, the plain-jit
+    before/after rows named in ``table``, and shard_map's default check of the ops named
+    in ``vma`` (an empty list: all)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = tmp_path / "halo.json"
-    config = {"labels": labels, "layouts": layouts, "vma": vma}
+    config = {"labels": labels, "layouts": layouts, "vma": vma, "table": table}
     proc = subprocess.run([sys.executable, "-c", VMA_SCRIPT + SCRIPT, json.dumps(config), str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=2700)
     assert out.exists(), f"the sharded check wrote nothing:\n{proc.stdout}\n{proc.stderr[-4000:]}"
@@ -95,32 +99,19 @@ def _run(tmp_path, labels, layouts, vma) -> dict:
 
 @pytest.fixture(scope="module")
 def default_check(tmp_path_factory) -> dict:
-    return _run(tmp_path_factory.mktemp("halo"), list(DEFAULT), [False], list(VMA_DEFAULT))
+    return _run(tmp_path_factory.mktemp("halo"), list(DEFAULT), [False], list(VMA_DEFAULT),
+                list(TABLE_DEFAULT))
 
 
 @pytest.fixture(scope="module")
 def full_check(tmp_path_factory) -> dict:
     """Every case in both layouts, every op under shard_map's default check (-m slow)."""
-    return _run(tmp_path_factory.mktemp("halo_full"), None, [False, True], [])
+    return _run(tmp_path_factory.mktemp("halo_full"), None, [False, True], [], None)
 
 
 def _check_rows(rows):
-    from jaxpool.halo_check import within_bound
-    bad = []
-    for r in rows:
-        copies = any(w in r["case"] for w in ("max", "nearest", "pad", "unpool", "shuffle"))
-        if copies and not r["values_equal"]:
-            bad.append(f"{r['case']} [{r['layout']}]: values differ by {r['value_diff']:.2e}")
-        if r["value_diff"] > 1e-5 * max(1.0, r["value_scale"]):
-            bad.append(f"{r['case']} [{r['layout']}]: values differ by {r['value_diff']:.2e}")
-        if r["grad_diff"] > 1e-5 * max(1.0, r["grad_scale"]):
-            bad.append(f"{r['case']} [{r['layout']}]: gradients differ by {r['grad_diff']:.2e}")
-        if not within_bound(r):
-            bad.append(f"{r['case']} [{r['layout']}]: forward {r['forward']}, gradient "
-                       f"{r['gradient']}, second {r.get('second')}")
-        if r["gather_in_gradient"] or r.get("gather_in_second"):
-            bad.append(f"{r['case']} [{r['layout']}]: {r['gather_in_gradient']} in a derivative")
-    return bad
+    from jaxpool.halo_check import problems
+    return [p for r in rows for p in problems(r)]
 
 
 def test_sharded_values_derivatives_and_collectives(default_check):
@@ -150,8 +141,9 @@ def test_bad_sharding_raises_naming_the_argument(default_check):
 def test_every_case_both_layouts(full_check):
     from jaxpool.halo_check import CASES
     result = full_check
-    assert len(result["rows"]) == 2 * len(CASES)
-    assert not _check_rows(result["rows"]), "\n".join(_check_rows(result["rows"]))
+    for rows in (result["rows"], result["jit_rows"]):
+        assert len(rows) == 2 * len(CASES)
+        assert not _check_rows(rows), "\n".join(_check_rows(rows))
 
 
 # --- the halo arithmetic, plain Python --------------------------------------------------
@@ -213,18 +205,29 @@ def test_runs_cover_rows():
     assert tuple(out) == rows
 
 
-def test_plain_jit_wrapper_exchanges_only_halos(default_check):
-    rows = {r["case"]: r for r in default_check["jit_rows"]}
-    for case in ("max_pool2d(x, 3, 2, 1)", "pad(x, 4, mode='reflect')"):
-        after = rows[case]["after"]
-        assert set(after["forward"]) == {"collective-permute"}, (case, after)
-        assert after["forward"]["collective-permute"] <= 2, (case, after)
-        assert set(after["gradient"]) == {"collective-permute"}, (case, after)
-        assert after["gradient"]["collective-permute"] <= 4, (case, after)
-        assert after["value_diff"] == 0 and after["grad_diff"] < 1e-5, (case, after)
-        # today's program, for contrast: more than the halo
-        before = rows[case]["before"]
-        assert sum(before["gradient"].values()) > sum(after["gradient"].values()), (case, before)
+def test_plain_jit_exchanges_only_halos(default_check):
+    """The same cases under plain jit on a sharded input (the partitioned primitive):
+    forward, JVP, gradient and forward-over-reverse within the bound, against the
+    unsharded call."""
+    rows = default_check["jit_rows"]
+    assert {r["case"] for r in rows} == set(DEFAULT)
+    assert not _check_rows(rows), "\n".join(_check_rows(rows))
+    by_case = {r["case"]: r for r in rows}
+    assert by_case["interpolate bilinear x2"]["forward"] == {"collective-permute": 2}
+    assert by_case["max_pool2d 3/2/1"]["forward"] == {"collective-permute": 1}
+    assert set(by_case["global_max_pool"]["gradient"]) == {"all-reduce"}
+
+
+def test_plain_jit_before_and_after(default_check):
+    rows = {r["case"]: r for r in default_check["table"]}
+    after = rows["max_pool2d(x, 3, 2, 1)"]["after"]
+    assert after["forward"] == {"collective-permute": 1}, after
+    assert set(after["gradient"]) == {"collective-permute"}, after
+    assert after["gradient"]["collective-permute"] <= 4, after
+    assert after["value_diff"] == 0 and after["grad_diff"] < 1e-5, after
+    # today's program, for contrast: more than the halo
+    before = rows["max_pool2d(x, 3, 2, 1)"]["before"]
+    assert sum(before["gradient"].values()) > sum(after["gradient"].values()), before
     # 70 rows do not divide over 8 devices: a gathered input, the right values
     fallback = rows["pad(x, 3, mode='reflect')"]["after"]
     assert "all-gather" in fallback["forward"] and fallback["value_diff"] == 0
