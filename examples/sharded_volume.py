@@ -1,14 +1,20 @@
 """A 3d U-Net trained on a volume split along its depth over 8 devices, exchanging only halos.
 
 The volume ``[B, C, D, H, W]`` is sharded on D: each device holds ``D / 8`` slices. The
-network is per-device code inside ``jax.shard_map``: its convolutions read one slice of
-each neighbour (replicate padding at the volume's ends, exchanged with ``lax.ppermute``
-inside), and the jaxpool ops take ``axis_names=("d", None, None)`` and exchange their own
-halos: ``max_pool3d`` (2x2x2 windows stay inside a block: nothing), ``interpolate``
-trilinear x2 (one slice of each neighbour) and ``pad`` replicate on H and W (unsharded:
-nothing). The same network runs unsharded on one device; the script prints both runs'
-losses, the largest per-device memory XLA plans for one training step, and the
-collectives in each compiled step.
+same network trains three ways:
+
+- unsharded, on one device;
+- under plain ``jit`` on the sharded volume, written as for one device: XLA's partitioner
+  splits the convolutions (zero padding on D), and each jaxpool op is the partitioned
+  primitive (:mod:`jaxpool.halo_jit`) that exchanges its own halo;
+- as per-device code inside ``jax.shard_map``: the convolutions read one slice of each
+  neighbour (``lax.ppermute``, zeros at the volume's ends), and the jaxpool ops take
+  ``axis_names=("d", None, None)``.
+
+The jaxpool ops: ``max_pool3d`` (2x2x2 windows stay inside a block: nothing to exchange),
+``interpolate`` trilinear x2 (one slice of each neighbour) and ``pad`` replicate on H and W
+(unsharded: nothing). The script prints the runs' losses, the largest per-device memory
+XLA plans for one training step, and the collectives in each compiled step.
 
 Without accelerators, XLA presents the CPU as 8 devices (set before JAX starts)::
 
@@ -43,25 +49,25 @@ D_SHARDED = ("d", None, None)
 WIDTHS = (4, 8, 16)
 
 
-def _depth_halo(x, axis_names):
-    """One slice of each neighbour before and after the block along D (axis 2); at the
-    volume's ends the edge slice itself (replicate padding)."""
-    if axis_names is None:
-        return jnp.concatenate([x[:, :, :1], x, x[:, :, -1:]], axis=2)
+def _depth_halo(x):
+    """Per device: one slice of each neighbour before and after the block along D (axis
+    2); zeros at the volume's ends."""
     n = lax.axis_size("d")
-    me = lax.axis_index("d")
     below = lax.ppermute(x[:, :, -1:], "d", [(i, i + 1) for i in range(n - 1)])
     above = lax.ppermute(x[:, :, :1], "d", [(i + 1, i) for i in range(n - 1)])
-    below = jnp.where(me == 0, x[:, :, :1], below)
-    above = jnp.where(me == n - 1, x[:, :, -1:], above)
     return jnp.concatenate([below, x, above], axis=2)
 
 
 def conv(x, w, axis_names):
-    """3x3x3 convolution with replicate padding, then ReLU: D from the halo, H and W by
-    ``jaxpool.pad`` (unsharded axes, so ``axis_names`` None for them)."""
-    x = jaxpool.pad(_depth_halo(x, axis_names), (1, 1, 1, 1, 0, 0), mode="replicate")
-    y = lax.conv_general_dilated(x, w, (1, 1, 1), "VALID",
+    """3x3x3 convolution, then ReLU: zero padding on D (by the convolution, or per device
+    from the halo), replicate padding on H and W by ``jaxpool.pad`` (unsharded axes)."""
+    if axis_names is not None:
+        x, depth = _depth_halo(x), (0, 0)
+    else:
+        depth = (1, 1)
+    x = jaxpool.pad(x, (1, 1, 1, 1, 0, 0), mode="replicate",
+                    axis_names=None if axis_names is None else (None, None, None))
+    y = lax.conv_general_dilated(x, w, (1, 1, 1), (depth, (0, 0), (0, 0)),
                                  dimension_numbers=("NCDHW", "OIDHW", "NCDHW"))
     return jax.nn.relu(y)
 
@@ -114,6 +120,7 @@ def loss_fn(params, x, y, axis_names=None):
 
 
 def make_steps(mesh, lr):
+    """The training step unsharded, under plain jit on the sharded volume, and per device."""
     def update(params, grads):
         return jax.tree.map(lambda p, g: p - lr * g, params, grads)
 
@@ -130,7 +137,11 @@ def make_steps(mesh, lr):
     volume = P(None, None, "d")
     sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), volume, P(None, "d")),
                             out_specs=(P(), P()), check_vma=False)
-    return jax.jit(single), jax.jit(sharded)
+    whole = NamedSharding(mesh, P())
+    plain = jax.jit(single, in_shardings=(whole, NamedSharding(mesh, volume),
+                                          NamedSharding(mesh, P(None, "d"))),
+                    out_shardings=(whole, whole))
+    return jax.jit(single), plain, jax.jit(sharded)
 
 
 def _peak_bytes(compiled) -> int | None:
@@ -158,44 +169,47 @@ def main(argv=None) -> int:
     mesh = Mesh(np.array(devices), ("d",))
     x, y = make_volume(jax.random.key(0), args.depth, args.side)
     params = init(jax.random.key(1))
-    single, sharded = make_steps(mesh, args.lr)
+    steps = dict(zip(("unsharded", "plain jit", "shard_map"), make_steps(mesh, args.lr)))
     x_sh = jax.device_put(x, NamedSharding(mesh, P(None, None, "d")))
     y_sh = jax.device_put(y, NamedSharding(mesh, P(None, "d")))
+    inputs = {"unsharded": (x, y), "plain jit": (x_sh, y_sh), "shard_map": (x_sh, y_sh)}
     print(f"volume {list(x.shape)} on {n} {devices[0].platform} devices, sharded on D: each "
           f"holds {list(x_sh.addressable_shards[0].data.shape)}")
 
-    c_single = single.lower(params, x, y).compile()
-    c_sharded = sharded.lower(params, x_sh, y_sh).compile()
-    report = {"devices": n, "shape": list(x.shape),
-              "collectives_single": collectives(c_single.as_text()),
-              "collectives_sharded": collectives(c_sharded.as_text()),
-              "bytes_single": _peak_bytes(c_single), "bytes_sharded": _peak_bytes(c_sharded)}
-    print(f"collectives in one training step: unsharded {report['collectives_single'] or 'none'}; "
-          f"sharded {report['collectives_sharded']} (halos of the convolutions, pooling and "
-          f"upsampling, and the sums of the loss and of the parameters' gradients)")
-    if report["bytes_single"] and report["bytes_sharded"]:
-        print(f"memory XLA plans per device for one step: unsharded "
-              f"{report['bytes_single'] / 2**20:.2f} MiB, sharded "
-              f"{report['bytes_sharded'] / 2**20:.2f} MiB "
-              f"({report['bytes_single'] / report['bytes_sharded']:.1f}x less)")
+    compiled = {k: step.lower(params, *inputs[k]).compile() for k, step in steps.items()}
+    report: dict = {"devices": n, "shape": list(x.shape)}
+    for k, c in compiled.items():
+        report[k] = {"collectives": collectives(c.as_text()), "bytes": _peak_bytes(c)}
+    print("collectives in one training step: " + "; ".join(
+        f"{k} {report[k]['collectives'] or 'none'}" for k in compiled)
+        + " (halos of the convolutions, pooling and upsampling, and the sums of the loss and "
+          "of the parameters' gradients)")
+    if all(report[k]["bytes"] for k in compiled):
+        base = report["unsharded"]["bytes"]
+        print("memory XLA plans per device for one step: " + ", ".join(
+            f"{k} {report[k]['bytes'] / 2**20:.2f} MiB" + (
+                f" ({base / report[k]['bytes']:.1f}x less)" if k != "unsharded" else "")
+            for k in compiled))
 
-    p_single, p_sharded = params, params
-    losses_single, losses_sharded = [], []
+    state = {k: params for k in compiled}
+    losses: dict = {k: [] for k in compiled}
     start = time.perf_counter()
     for _ in range(args.steps):
-        # the compiled steps above: calling the jitted functions would compile them again
-        p_single, l_single = c_single(p_single, x, y)
-        p_sharded, l_sharded = c_sharded(p_sharded, x_sh, y_sh)
-        losses_single.append(float(l_single))
-        losses_sharded.append(float(l_sharded))
-    diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in
-               zip(jax.tree.leaves(p_single), jax.tree.leaves(p_sharded)))
-    print(f"loss over {args.steps} steps: unsharded {losses_single[0]:.4f} -> "
-          f"{losses_single[-1]:.4f}, sharded {losses_sharded[0]:.4f} -> {losses_sharded[-1]:.4f}"
-          f" ({time.perf_counter() - start:.1f} s for both)")
-    print(f"max |parameter difference| after {args.steps} steps: {diff:.1e} (float32 sums in "
-          f"another order)")
-    report.update(losses_single=losses_single, losses_sharded=losses_sharded, param_diff=diff)
+        for k, c in compiled.items():
+            # the compiled steps above: calling the jitted functions would compile again
+            state[k], loss = c(state[k], *inputs[k])
+            losses[k].append(float(loss))
+    elapsed = time.perf_counter() - start
+    print(f"loss over {args.steps} steps: " + ", ".join(
+        f"{k} {v[0]:.4f} -> {v[-1]:.4f}" for k, v in losses.items())
+        + f" ({elapsed:.1f} s for all three)")
+    for k in ("plain jit", "shard_map"):
+        diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in
+                   zip(jax.tree.leaves(state["unsharded"]), jax.tree.leaves(state[k])))
+        report[k]["param_diff"] = diff
+        print(f"max |parameter difference| from unsharded after {args.steps} steps, {k}: "
+              f"{diff:.1e} (float32 sums in another order)")
+    report["losses"] = losses
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sharded_volume_metrics.json").write_text(json.dumps(report, indent=2))
     return 0

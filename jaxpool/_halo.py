@@ -255,7 +255,7 @@ def _varying(v) -> frozenset:
         return frozenset()
     aval = typeof(v)
     axis_type = getattr(aval, "manual_axis_type", None)
-    return frozenset(getattr(axis_type, "varying", None) or getattr(aval, "vma", ()))
+    return frozenset(getattr(axis_type, "varying", None) or getattr(aval, "vma", None) or ())
 
 
 for _p in (sum_across_p, copy_across_p):

@@ -308,7 +308,9 @@ def jit_table(labels=None) -> list[dict]:
         sh = jax.sharding.NamedSharding(mesh, spec)
         row: dict[str, Any] = {"case": label}
         values = {}
-        for name, mode in (("before", "never"), ("after", "auto")):
+        modes: tuple[tuple[str, halo_jit.RouteMode], ...] = (("before", "never"),
+                                                             ("after", "auto"))
+        for name, mode in modes:
             with halo_jit.route(mode):  # (read when traced: new functions each time)
                 def f(v, op=op, args=args, kw=kw):
                     return op(v, *args, **kw)

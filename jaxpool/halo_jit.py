@@ -433,9 +433,10 @@ def _rule_for(node) -> Callable:
         names = (f"f{i}" for i in range(1 << 16))
         arrays = [tuple(t.shape) for t in (*operand_types, *result_types)]
         kept = [i for i in range(len(first)) if i not in node.spatial]
-        where = [list(range(len(first))) if len(a) == len(first) else
-                 kept if len(a) == len(first) - len(node.spatial) else [None] * len(a)
-                 for a in arrays]
+        where: list[list[int | None]] = [
+            list(range(len(first))) if len(a) == len(first) else
+            list(kept) if len(a) == len(first) - len(node.spatial) else [None] * len(a)
+            for a in arrays]
         dims: list[list] = [[None] * len(a) for a in arrays]
         sizes: dict[str, int] = {}
         for axis in range(len(first)):
@@ -463,5 +464,6 @@ def _rule_for(node) -> Callable:
             dims[k] = [d if d is not None else next(names) for d in dims[k]]
         mappings = [ArrayMapping(*d) for d in dims]
         return SdyShardingRule(tuple(mappings[:len(operand_types)]),
-                               tuple(mappings[len(operand_types):]), **sizes)
+                               tuple(mappings[len(operand_types):]),
+                               **sizes)  # type: ignore[arg-type]  # factor sizes
     return rule

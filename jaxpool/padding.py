@@ -75,7 +75,7 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
     if axis_names is not None:
         return _halo.pad(_pad.pad, plan, _checks.as_jax(array), jnp.asarray(fill), axis_names)
     if halo_jit.active(array):
-        last = array.ndim - (2 if channels_last else 1)
+        last = len(array.shape) - (2 if channels_last else 1)
         padded = tuple(sorted(last - i for i in range(len(pad) // 2)))
         return halo_jit.call(_PAD, (array,), padded, after=(pad, mode, value),
                              channels_last=channels_last)
