@@ -233,22 +233,39 @@ def call(fn: Callable, arrays: tuple, spatial, *, before: tuple = (), after: tup
 
 
 def _bind(*args, node) -> list:
-    # With several devices the params carry the partitioned call's jaxpr: the lowering's
-    # custom_partitioning call, found there by jit, which then lowers with the devices.
-    types = tuple((tuple(a.shape), a.dtype) for a in args)
-    partitioned = _partitioned_jaxpr(node, types) if jax.device_count() > 1 else None
-    return halo_p.bind(*args, node=node, partitioned=partitioned)
+    # With several devices the params carry a custom_partitioning call (a trivial one), for
+    # jit to find: it then lowers with the devices, which the lowering's own
+    # custom_partitioning call needs.
+    marker = _marker() if jax.device_count() > 1 else None
+    return halo_p.bind(*args, node=node, partitioned=marker)
 
 
-@functools.lru_cache(maxsize=1024)
-def _partitioned_jaxpr(node, types):
-    return jax.make_jaxpr(_partitioned(node))(*(jax.ShapeDtypeStruct(s, d) for s, d in types))
+@functools.lru_cache(maxsize=1)
+def _marker():
+    from jax.experimental.custom_partitioning import custom_partitioning
+    same = custom_partitioning(lambda v: v)
+    same.def_partition(partition=lambda mesh, args, result: (
+        mesh, lambda v: v, args[0].sharding, (args[0].sharding,)),
+        infer_sharding_from_operands=lambda mesh, args, result: args[0].sharding,
+        sharding_rule="i -> i")
+    return jax.make_jaxpr(same)(jax.ShapeDtypeStruct((1,), jnp.float32))
 
 
 @functools.lru_cache(maxsize=4096)
 def _result_types(node, types) -> tuple:
+    """``(shape, dtype, weak_type)`` of each result: the op's by tracing it; a derived
+    node's from its parent's (tracing a derivative costs as much as building it)."""
+    if isinstance(node, Tangent):
+        parent = _result_types(node.parent, types[:node.nargs])
+        return tuple(parent[j] for j in node.diff_outs)
+    if isinstance(node, Transpose):
+        return tuple((types[i][0], types[i][1], False) for i in node.parent.diff_args)
+    if isinstance(node, Batched):
+        size = types[0][0][0]
+        inner = _result_types(node.parent, tuple((s[1:], d) for s, d in types))
+        return tuple(((size, *s), d, w) for s, d, w in inner)
     structs = [jax.ShapeDtypeStruct(s, d) for s, d in types]
-    return tuple((o.shape, o.dtype, bool(getattr(o, "weak_type", False)))
+    return tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False)))
                  for o in jax.eval_shape(_traced_local(node, None), *structs))
 
 
@@ -316,7 +333,7 @@ def _lower(ctx, *args, node, partitioned):
             or partitioned is None:
         fn = _traced_local(node, None)
     else:
-        fn = jax.extend.core.jaxpr_as_fun(partitioned)
+        fn = _partitioned(node, tuple((tuple(a.shape), a.dtype) for a in ctx.avals_in))
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
 
 
@@ -331,13 +348,15 @@ batching.primitive_batchers[halo_p] = _batch
 # --- the partitioner's callbacks ----------------------------------------------------------
 
 @functools.lru_cache(maxsize=1024)
-def _partitioned(node):
+def _partitioned(node, types):
     from jax.experimental.custom_partitioning import custom_partitioning
+    results = _result_types(node, types)
 
     @custom_partitioning
     def partitioned(*arrays):
-        # a nested jit keeps the op's constants out of the traced call, which takes none
-        return jax.jit(_traced_local(node, None))(*arrays)
+        # Traced only for the results' types: on several devices the partition callback
+        # gives the program (one device and shard_map lower the op itself, in _lower).
+        return tuple(jnp.zeros(shape, dtype) for shape, dtype, _ in results)
 
     def partition(mesh, arg_shapes, result_shape):
         names, in_specs, out_specs = _layout(node, mesh, arg_shapes, result_shape)
@@ -354,7 +373,20 @@ def _partitioned(node):
     return partitioned
 
 
+_LAYOUTS: dict = {}  # the partitioner asks both callbacks the same question
+
+
 def _layout(node, mesh, arg_shapes, result_shapes):
+    key = (node, mesh, tuple((tuple(a.shape), a.dtype, a.sharding) for a in arg_shapes),
+           tuple((tuple(o.shape), o.dtype) for o in result_shapes))
+    if key not in _LAYOUTS:
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = _choose_layout(node, mesh, arg_shapes, tuple(result_shapes))
+    return _LAYOUTS[key]
+
+
+def _choose_layout(node, mesh, arg_shapes, result_shapes):
     """The mesh axis of each spatial axis (or None) and every array's PartitionSpec: the
     first array's sharding, where the per-device op holds on it; else replicated along the
     spatial axes (then along every axis)."""
@@ -409,13 +441,25 @@ def _size(entry, sizes) -> int:
 def _holds(node, mesh, names, in_specs, out_specs, arg_shapes, outs) -> bool:
     """Whether the per-device op, on these specs, runs and gives each device its block of
     every result (its own ValueError where a halo or an output does not fit)."""
-    f = jax.shard_map(_traced_local(node, names), mesh=mesh, in_specs=in_specs,
-                      out_specs=out_specs, check_vma=False)
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape)) if hasattr(mesh, "devices") \
+        else dict(mesh.shape)
+
+    def local(shape, spec):
+        entries = list(spec) + [None] * (len(shape) - len(spec))
+        return tuple(n if e is None else n // _size(e, sizes) for n, e in zip(shape, entries))
+
     try:
-        got = jax.eval_shape(f, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arg_shapes])
+        if all(n is None for n in names):  # no exchange: the op on each block's shape
+            types = tuple((local(a.shape, p), a.dtype) for a, p in zip(arg_shapes, in_specs))
+            got = [s for s, _, _ in _result_types(node, types)]
+        else:
+            f = jax.shard_map(_traced_local(node, names), mesh=mesh, in_specs=in_specs,
+                              out_specs=out_specs, check_vma=False)
+            structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arg_shapes]
+            got = [local(g.shape, p) for g, p in zip(jax.eval_shape(f, *structs), out_specs)]
     except Exception:  # noqa: BLE001 (the op's ValueError, or shard_map's on the specs)
         return False
-    return all(tuple(g.shape) == tuple(o.shape) for g, o in zip(got, outs))
+    return all(tuple(g) == local(o.shape, p) for g, o, p in zip(got, outs, out_specs))
 
 
 def _rule_for(node) -> Callable:
