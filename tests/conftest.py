@@ -46,3 +46,15 @@ def pytest_runtest_setup(item):
             if importlib.util.find_spec(module) is None:
                 pytest.skip(f"needs {module}, which is not installed (a newer optional package "
                             f"than the lowest supported versions)")
+
+
+# The files whose tests take longest, longest first (measured with --durations=0): run
+# first, so that `--dist loadfile` does not leave one of them to a single worker at the end.
+LONGEST_FIRST = ("test_examples.py", "test_derivatives.py", "test_sharding.py",
+                 "test_sharding_halo.py", "test_values.py", "test_parity_models.py",
+                 "test_max_values.py", "test_interpolate_nonfinite.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -61,7 +61,7 @@ def _programs(f):
     }
 
 
-@pytest.mark.parametrize("name", default_share(sorted(OPS), 6))
+@pytest.mark.parametrize("name", default_share(sorted(OPS), 7))
 def test_the_primitive_gives_the_ops_own_bits(name):
     f = OPS[name]
     # ties and zeros, as after a ReLU, beside distinct values
