@@ -27,8 +27,9 @@
    faster: the short grid (``--full``: every cell, which takes longer than 8 minutes). It
    starts no new cell once the script's time budget (``--budget-s``) is spent.
 6. Spatially sharded inputs on every device of the machine (``python -m
-   jaxpool.halo_check``): per-device ops (``axis_names=``) against the unsharded call, and
-   the collectives in each compiled program (halos only). Skipped on one device;
+   jaxpool.halo_check``, then with ``--plain-jit``): per-device ops (``axis_names=``) and
+   the ops under plain ``jit`` on a sharded input (the partitioned primitive) against the
+   unsharded call, and the collectives in each compiled program (halos only). Skipped on one device;
    ``--halo-only`` runs just this section, on CPUs too (with
    ``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
 
@@ -561,10 +562,10 @@ def bench(r: Report, out: str, device: str, grid: str, time_limit_s: float,
 
 
 def halo_exchange(r: Report, quick: bool) -> bool | None:
-    """``python -m jaxpool.halo_check`` on every device of this machine, in a fresh process:
-    per-device ops on spatially sharded inputs, values and gradients against the unsharded
-    call, and the collectives in each compiled program (halos only). Skipped on one
-    device."""
+    """``python -m jaxpool.halo_check`` on every device of this machine, in a fresh process,
+    inside shard_map and then under plain jit (``--plain-jit``): values and derivatives
+    against the unsharded call, and the collectives in each compiled program (halos only).
+    Skipped on one device."""
     import jax
 
     n = len(jax.devices())
@@ -573,19 +574,24 @@ def halo_exchange(r: Report, quick: bool) -> bool | None:
               "XLA_FLAGS=--xla_force_host_platform_device_count=8 shows it)")
         return None
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "jaxpool.halo_check"] + (["--quick"] if quick else [])
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        r.say(f"    stopped after {CHILD_TIMEOUT_S} s")
-        return None
-    for line in proc.stdout.strip().splitlines():
-        r.say("    " + line)
-    if proc.returncode not in (0, 1):
-        for line in proc.stderr.strip().splitlines()[-8:]:
-            r.say("      " + line[:300])
-    return proc.returncode == 0
+    ok = True
+    for route in ([], ["--plain-jit"]):
+        cmd = [sys.executable, "-m", "jaxpool.halo_check", *route] + (
+            ["--quick"] if quick else [])
+        r.say(f"    {' '.join(cmd[1:])}")
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=CHILD_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            r.say(f"    stopped after {CHILD_TIMEOUT_S} s")
+            return None
+        for line in proc.stdout.strip().splitlines():
+            r.say("    " + line)
+        if proc.returncode not in (0, 1):
+            for line in proc.stderr.strip().splitlines()[-8:]:
+                r.say("      " + line[:300])
+        ok &= proc.returncode == 0
+    return ok
 
 
 def section(r: Report, title: str, run) -> tuple[bool, object]:

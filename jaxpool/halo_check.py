@@ -154,12 +154,24 @@ def _has_gather(jaxpr) -> list[str]:
 
 
 def _diff(a, b) -> float:
-    """Largest |a - b| where not both NaN; inf where only one is NaN."""
+    """Largest |a - b| where they differ (equal infinities and two NaNs do not); inf where
+    only one is NaN."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if (np.isnan(a) != np.isnan(b)).any():
         return float("inf")
-    both = np.isnan(a) & np.isnan(b)
-    return float(np.max(np.where(both, 0.0, np.abs(a - b)), initial=0.0))
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.where(same, 0.0, np.abs(a - b)), initial=0.0))
+
+
+def _nonfinite(x: jax.Array) -> jax.Array:
+    """``x`` with NaN, inf and -inf planted along the first spatial axis's blocks, where
+    devices meet (rows 0, 3, 4, 7, 8 ...) and inside them."""
+    flat = np.asarray(x).copy().reshape(-1)
+    for i, value in zip(range(0, flat.size, max(1, flat.size // 23)),
+                        [np.nan, np.inf, -np.inf] * 8):
+        flat[i] = value
+    return jnp.asarray(flat.reshape(x.shape))
 
 
 def check_case(label, fn, shape, names, channels_last, whole=False, second=False) -> dict:
@@ -224,8 +236,11 @@ def check_jit_case(label, fn, shape, names, channels_last, whole=False) -> dict:
                 "gradient": jax.grad(loss),
                 "second": lambda v: jax.jvp(jax.grad(loss), (v,), (jnp.sin(v),))[1]}
 
+    x_bad = _nonfinite(x)
     with halo_jit.route("never"):
-        want = {k: jax.jit(p)(x) for k, p in programs().items()}
+        reference = {k: jax.jit(p) for k, p in programs().items()}
+        want = {k: p(x) for k, p in reference.items()}
+        want_bad = {k: p(x_bad) for k, p in reference.items()}
     routed = programs()
     row: dict[str, Any] = {
         "case": label, "layout": "channels_last" if channels_last else "channels_first",
@@ -243,6 +258,9 @@ def check_jit_case(label, fn, shape, names, channels_last, whole=False) -> dict:
                                                       equal_nan=True))
         if key in ("gradient", "second"):
             row[f"gather_in_{key}"] = _has_gather(jax.make_jaxpr(program)(x))
+        # NaN and inf where the unsharded call puts them (the same compiled programs)
+        bad = _diff(compiled(x_bad), want_bad[key])
+        row["nonfinite_diff"] = max(row.get("nonfinite_diff", 0.0), bad)
     row["value_diff"], row["value_scale"] = row["forward_diff"], row["forward_scale"]
     row["grad_diff"], row["grad_scale"] = row["gradient_diff"], row["gradient_scale"]
     return row
@@ -364,6 +382,9 @@ def problems(row) -> list[str]:
     bad = []
     if any(w in row["case"] for w in COPIES) and not row["values_equal"]:
         bad.append(f"{where}: values differ by {row['value_diff']:.2e}")
+    scale = max([1.0] + [row.get(f"{k}_scale", 0.0) for k in ("value", "grad", "jvp", "second")])
+    if row.get("nonfinite_diff", 0.0) > 1e-5 * scale:
+        bad.append(f"{where}: with NaN and inf, differs by {row['nonfinite_diff']:.2e}")
     for key in ("value", "grad", "jvp", "second"):
         diff, scale = row.get(f"{key}_diff"), row.get(f"{key}_scale", 1.0)
         if diff is not None and diff > 1e-5 * max(1.0, scale):
