@@ -72,7 +72,6 @@ def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     y = x.astype(_compute_dtype(dtype))
     power = int(norm_type) if float(norm_type).is_integer() else norm_type
     mean = _mean(plan, y ** power)
-    kernel = math.prod(len(p.real_rows(0)) + 0 * p.pad_lo for p in plan.axes)
     kernel = math.prod(p.stops[0] - p.starts[0] for p in plan.axes)
     total = jnp.sign(mean) * jax.nn.relu(jnp.abs(mean)) * kernel
     return (total ** (1.0 / norm_type)).astype(dtype)

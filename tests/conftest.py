@@ -50,9 +50,9 @@ def pytest_runtest_setup(item):
 
 # The files whose tests take longest, longest first (measured with --durations=0): run
 # first, so that `--dist loadfile` does not leave one of them to a single worker at the end.
-LONGEST_FIRST = ("test_examples.py", "test_derivatives.py", "test_sharding.py",
-                 "test_sharding_halo.py", "test_values.py", "test_parity_models.py",
-                 "test_max_values.py", "test_interpolate_nonfinite.py")
+LONGEST_FIRST = ("test_derivatives.py", "test_examples.py", "test_max_values.py",
+                 "test_docs.py", "test_interpolate.py", "test_sharding_halo.py",
+                 "test_parity_weights.py", "test_values.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
