@@ -47,14 +47,3 @@ def pytest_runtest_setup(item):
                 pytest.skip(f"needs {module}, which is not installed (a newer optional package "
                             f"than the lowest supported versions)")
 
-
-# The files whose tests take longest, longest first (measured with --durations=0): run
-# first, so that `--dist loadfile` does not leave one of them to a single worker at the end.
-LONGEST_FIRST = ("test_derivatives.py", "test_examples.py", "test_max_values.py",
-                 "test_docs.py", "test_interpolate.py", "test_sharding_halo.py",
-                 "test_parity_weights.py", "test_values.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
