@@ -393,8 +393,7 @@ def _choose_layout(node, mesh, arg_shapes, result_shapes):
     first = arg_shapes[0]
     rank = len(first.shape)
     spec = _full_spec(first.sharding, rank)
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape)) if hasattr(mesh, "devices") \
-        else dict(mesh.shape)
+    sizes = _mesh_sizes(mesh)
     names = []
     for axis in node.spatial:
         entry = spec[axis]
@@ -413,6 +412,12 @@ def _choose_layout(node, mesh, arg_shapes, result_shapes):
             return (try_names if any(n is not None for n in try_names) else None,
                     in_specs, out_specs)
     raise AssertionError("jaxpool_halo: no layout holds, not even a replicated one")
+
+
+def _mesh_sizes(mesh) -> dict:
+    """Each mesh axis's device count, by name."""
+    return dict(zip(mesh.axis_names, mesh.devices.shape)) if hasattr(mesh, "devices") \
+        else dict(mesh.shape)
 
 
 def _full_spec(sharding, rank: int) -> list:
@@ -441,8 +446,7 @@ def _size(entry, sizes) -> int:
 def _holds(node, mesh, names, in_specs, out_specs, arg_shapes, outs) -> bool:
     """Whether the per-device op, on these specs, runs and gives each device its block of
     every result (its own ValueError where a halo or an output does not fit)."""
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape)) if hasattr(mesh, "devices") \
-        else dict(mesh.shape)
+    sizes = _mesh_sizes(mesh)
 
     def local(shape, spec):
         entries = list(spec) + [None] * (len(shape) - len(spec))
@@ -472,7 +476,7 @@ def _rule_for(node) -> Callable:
                                                       SdyShardingRule)
 
     def rule(mesh, operand_types, result_types):
-        devices = [n for n in dict(mesh.shape).values() if n > 1]
+        devices = [n for n in _mesh_sizes(mesh).values() if n > 1]
         first = tuple(operand_types[0].shape)
         names = (f"f{i}" for i in range(1 << 16))
         arrays = [tuple(t.shape) for t in (*operand_types, *result_types)]
