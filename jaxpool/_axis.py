@@ -24,7 +24,7 @@ from jax import lax
 
 from jaxpool._avals import shaped_like
 from jaxpool.plan import PoolPlan
-from jaxpool.windows import AxisPlan
+from jaxpool.windows import AxisPlan, window_families
 
 
 def window_sums(x: jax.Array, plan: PoolPlan) -> jax.Array:
@@ -89,7 +89,7 @@ def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
         return _repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "matrix":
         return _matmul_keeping_nonfinite(x, axis, window_matrix(plan))
-    return {"sums": _sums, "blocks": _blocks, "taps": _taps,
+    return {"sums": _sums, "blocks": _blocks, "taps": _taps, "families": _families,
             "reduce_window": _reduce_window_sums}[strategy](x, axis, plan)
 
 
@@ -97,6 +97,25 @@ def _sums(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     """Each window's sum written out from single-element slices (exact: a NaN or inf reaches
     only the windows that hold it). Padding holds zeros, so it is skipped, not built."""
     return _sum_rows(x, axis, [plan.real_rows(i) for i in range(plan.out_size)])
+
+
+def _families(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
+    """Windows that repeat with a period (torch's adaptive windows of ``n -> k`` repeat every
+    ``k / gcd(n, k)`` outputs): each family of equal windows summed from one strided slice
+    of the input per tap, and the families interleaved by a stack and a reshape. A program
+    that does not grow with the extent, whose derivatives JAX writes as the slices'
+    transposes (pads with interior padding), reshapes and sums."""
+    sums = []
+    for family in window_families(plan):
+        total = None
+        for tap in range(family.taps):
+            start = family.coordinates(tap, plan.pad_lo)[0]
+            row = lax.slice_in_dim(x, start, start + (family.count - 1) * family.step + 1,
+                                   family.step, axis)
+            total = row if total is None else total + row
+        sums.append(total)
+    interleaved = jnp.stack(sums, axis=axis + 1)
+    return interleaved.reshape(x.shape[:axis] + (plan.out_size,) + x.shape[axis + 1:])
 
 
 def _sum_rows(x: jax.Array, axis: int, groups) -> jax.Array:

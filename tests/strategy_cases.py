@@ -45,6 +45,12 @@ CASES = {
     "sums up + blocks channels-last": (
         lambda x: jaxpool.adaptive_avg_pool2d(x, (9, 3), channels_last=True), (2, 7, 12, 33),
         lambda s: plan_adaptive("", s, None, 2, (9, 3), channels_last=True)),
+    # 9 -> 12 and 20 -> 32: the written-out sums' and the matrix's windows, repeating
+    "families": (lambda x: jaxpool.adaptive_avg_pool2d(x, (12, 32)), (2, 3, 9, 20),
+                 lambda s: plan_adaptive("", s, None, 2, (12, 32))),
+    "families channels-last": (
+        lambda x: jaxpool.adaptive_avg_pool2d(x, (15, 3), channels_last=True), (2, 10, 4, 5),
+        lambda s: plan_adaptive("", s, None, 2, (15, 3), channels_last=True)),
     "matrix": (lambda x: jaxpool.adaptive_avg_pool2d(x, (21, 17)), (1, 2, 30, 30),
                lambda s: plan_adaptive("", s, None, 2, (21, 17))),
     "matrix equal windows": (lambda x: jaxpool.avg_pool1d(x, 10, 1, 2), (1, 2, 40),
@@ -74,6 +80,9 @@ TORCH = {
         lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), 4).permute(0, 2, 3, 1),
     "sums up + blocks channels-last":
         lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (9, 3)).permute(0, 2, 3, 1),
+    "families": lambda t: F.adaptive_avg_pool2d(t, (12, 32)),
+    "families channels-last":
+        lambda t: F.adaptive_avg_pool2d(t.permute(0, 3, 1, 2), (15, 3)).permute(0, 2, 3, 1),
     "matrix": lambda t: F.adaptive_avg_pool2d(t, (21, 17)),
     "matrix equal windows": lambda t: F.avg_pool1d(t, 10, 1, 2),
     "global": lambda t: t.mean(dim=(2, 3)),
