@@ -13,6 +13,7 @@ import torch
 from jax.test_util import check_jvp, check_vjp
 
 import jaxpool
+from default_share import default_share
 from strategy_cases import (CASES, MAX_CASES, MAX_TORCH, TORCH,  # noqa: F401
                             test_every_strategy_has_a_case)
 
@@ -180,7 +181,9 @@ def test_hessian_vector_product_matches_torch(name):
     np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", list(POOLS))
+# Every other case by default (vmap's rules are JAX's own for the ops every strategy is
+# built from; tests/test_sweeps.py runs vmap on every op at small extents), all under -m slow.
+@pytest.mark.parametrize("name", default_share(list(POOLS), 2))
 def test_vmap_over_unbatched_inputs_equals_the_batched_call(name):
     """One program for the vmapped values and gradients, another for the batched
     gradients (in one program the two could be merged into one computation), against the
