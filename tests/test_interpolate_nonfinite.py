@@ -18,8 +18,9 @@ is the transpose of its forward: ``DIFFERENCES`` lists those cases, each row che
 every case it covers (torch still differs from itself, and jaxpool gives the transpose of
 torch's forward, computed from torch's forward alone).
 
-The default run takes every ``DEFAULT_EVERY``-th case (each mode, extent and output size
-still appears); ``-m slow`` runs all of them. Cases are compiled a group at a time.
+The default run takes about two cases of each flavour, spread so that every input and
+output extent still appears, and each difference row's example (``_default_cases``);
+``-m slow`` runs all of them. Cases are compiled a group at a time.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ AXIS_PAIRS = tuple(itertools.product(IN_EXTENTS, OUT_EXTENTS))  # (in, out) on o
 VALUES = (np.nan, np.inf, -np.inf)
 KINDS = ("values", "reverse", "forward")
 GROUP = 12           # cases per compiled program
-DEFAULT_EVERY = 37   # the default run: every 37th case (prime to the sweep's factors)
 
 
 @dataclasses.dataclass(frozen=True)

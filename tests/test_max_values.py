@@ -188,7 +188,18 @@ LP_CASES = [(d, p, args) for d in (1, 2, 3) for p in (1, 2, 3, 1.5, float("inf")
             for args in (dict(kernel_size=2), dict(kernel_size=3, stride=2, ceil_mode=True))]
 
 
-@pytest.mark.parametrize("ndim,norm_type,args", LP_CASES,
+# The default run takes every fifth: each dimension, power and window option still appears
+# (test_the_default_lp_share_holds_every_option_value); -m slow the whole grid.
+LP_SHARE = 5
+
+
+def test_the_default_lp_share_holds_every_option_value():
+    taken = default_cases(LP_CASES, LP_SHARE)
+    for i in range(3):
+        assert {repr(c[i]) for c in taken} == {repr(c[i]) for c in LP_CASES}
+
+
+@pytest.mark.parametrize("ndim,norm_type,args", default_share(LP_CASES, LP_SHARE),
                          ids=[f"{d}d-p{p}-{a}" for d, p, a in LP_CASES])
 def test_lp_pool_matches_torch(ndim, norm_type, args, rng):
     """torch's definition to rounding, values and VJP, on positive inputs and, for even
