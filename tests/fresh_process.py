@@ -7,6 +7,7 @@ lines still run, so a missing one fails as in a new interpreter.
 Only top-level packages are imported beforehand, so that a name a fresh ``import jaxpool``
 would not bring (``jaxpool.torchax``, say) is not there either."""
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import sys
 PRELOADED = ("numpy", "jax", "torch", "flax", "jaxpool", "parity", "transformers")
 
 SERVER = r"""
-import importlib, os, runpy, signal, sys, traceback
+import importlib, json, os, runpy, signal, sys, traceback
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
@@ -22,15 +23,14 @@ for name in sys.argv[1:]:
         pass
 print("ready", flush=True)
 for line in sys.stdin:
-    script = line.rstrip("\n")
+    folder, script, *args = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        folder = os.path.dirname(script)
         os.chdir(folder)
         for fd, name in ((1, "stdout"), (2, "stderr")):
             os.dup2(os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        sys.argv, sys.path[0], code = [script], folder, 0
+        sys.argv, sys.path[0], code = [script, *args], os.path.dirname(script), 0
         signal.alarm(600)  # a script that hangs is killed, and fails
         try:
             runpy.run_path(script, run_name="__main__")
@@ -47,8 +47,9 @@ for line in sys.stdin:
 
 
 class ScriptRunner:
-    """``runner(script)``: the exit code of ``script`` run as ``__main__`` in a fresh
-    process, in the script's folder, where its ``stdout`` and ``stderr`` are left."""
+    """``runner(script, *args, folder=None)``: the exit code of ``script`` run as
+    ``__main__`` with ``args`` in a fresh process, in ``folder`` (the script's own by
+    default), where its ``stdout`` and ``stderr`` are left."""
 
     def __init__(self, env: dict):
         self.server = subprocess.Popen([sys.executable, "-c", SERVER, *PRELOADED], env=env,
@@ -56,8 +57,9 @@ class ScriptRunner:
         if self.server.stdout.readline() != "ready\n":
             raise RuntimeError("the script server did not start")
 
-    def __call__(self, script) -> int:
-        self.server.stdin.write(f"{script}\n")
+    def __call__(self, script, *args: str, folder=None) -> int:
+        folder = os.path.dirname(script) if folder is None else folder
+        self.server.stdin.write(json.dumps([str(folder), str(script), *args]) + "\n")
         self.server.stdin.flush()
         return int(self.server.stdout.readline())
 

@@ -1,8 +1,11 @@
 """Each example runs end to end in a tiny configuration and reports what it should.
 
-The examples run as users run them: as scripts in a subprocess (`sys.executable`), writing
-their outputs to a temporary folder. Their ``--help`` runs each script as ``__main__`` in
-this process, which has already imported what they import.
+The examples run as users run them: as scripts, each in a fresh process, writing their
+outputs to a temporary folder. The process is forked from one that has imported the
+packages they share (tests/fresh_process.py; importing jax, torch and flax anew took about
+3 s per script); the one that needs eight host devices starts an interpreter of its own.
+Their ``--help`` runs each script as ``__main__`` in this process, which has already
+imported what they import.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fresh_process import ScriptRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -23,16 +27,39 @@ SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", 
            pytest.param("torchax_train.py", marks=pytest.mark.needs_recent("torchax")))
 
 
-def run(script: str, *args: str, out: Path | None = None, env_extra: dict | None = None):
+def _env(env_extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["JAX_PLATFORMS"] = "cpu"
+    env["MPLBACKEND"] = "Agg"
     env.update(env_extra or {})
-    cmd = [sys.executable, str(EXAMPLES / script), *args]
-    if out is not None:
-        cmd += ["--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return env
+
+
+@pytest.fixture(scope="module")
+def runner():
+    runner = ScriptRunner(_env())
+    yield runner
+    runner.close()
+
+
+def run(runner, script: str, *args: str, out: Path) -> subprocess.CompletedProcess:
+    """``script`` with ``args`` and ``--out out``, in a fresh process forked by ``runner``
+    (its output files are left in ``out``)."""
+    argv = [*args, "--out", str(out)]
+    code = runner(str(EXAMPLES / script), *argv, folder=str(out))
+    stdout, stderr = ((out / name).read_text() for name in ("stdout", "stderr"))
+    assert code == 0, f"{script} {' '.join(argv)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return subprocess.CompletedProcess([script, *argv], code, stdout, stderr)
+
+
+def run_alone(script: str, *args: str, out: Path, env_extra: dict | None = None):
+    """``script`` in an interpreter of its own (for settings fixed when JAX starts)."""
+    cmd = [sys.executable, str(EXAMPLES / script), *args, "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(env_extra), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, \
+        f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
 
@@ -53,9 +80,9 @@ def test_help(script, monkeypatch, capsys):
     assert "usage:" in out and "--out" in out
 
 
-def test_classifier(tmp_path):
-    proc = run("classifier.py", "--steps", "80", "--train-size", "512", "--test-size", "256",
-               "--batch-size", "32", out=tmp_path)
+def test_classifier(tmp_path, runner):
+    proc = run(runner, "classifier.py", "--steps", "80", "--train-size", "512", "--test-size",
+               "256", "--batch-size", "32", out=tmp_path)
     m = metrics(tmp_path, "classifier_metrics.json")
     assert m["catalog_ok"]
     for name, count in (("A", 618), ("B", 645), ("C", 224), ("D", 45), ("E", 618), ("F", 444)):
@@ -65,8 +92,8 @@ def test_classifier(tmp_path):
     assert m["test_accuracy"] > 0.2  # ten classes: chance is 0.1
 
 
-def test_wgan_gp(tmp_path):
-    proc = run("wgan_gp.py", "--steps", "3", "--n-critic", "1", "--batch-size", "8",
+def test_wgan_gp(tmp_path, runner):
+    proc = run(runner, "wgan_gp.py", "--steps", "3", "--n-critic", "1", "--batch-size", "8",
                "--check-torch", out=tmp_path)
     m = metrics(tmp_path, "wgan_gp_metrics.json")
     assert m["bitwise_identical"] and "bitwise identical" in proc.stdout
@@ -76,8 +103,8 @@ def test_wgan_gp(tmp_path):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_per_example_grads(tmp_path):
-    proc = run("per_example_grads.py", "--batch-size", "4", "--repeats", "2", out=tmp_path)
+def test_per_example_grads(tmp_path, runner):
+    proc = run(runner, "per_example_grads.py", "--batch-size", "4", "--repeats", "2", out=tmp_path)
     m = metrics(tmp_path, "per_example_grads_metrics.json")
     assert m["agree"] and m["max_rel_err"] < 1e-5
     assert m["speedup"] > 0 and "speedup of vmap over the loop" in proc.stdout
@@ -87,8 +114,8 @@ def test_per_example_grads(tmp_path):
 # tests/test_sharding.py.
 
 
-def test_segment(tmp_path):
-    proc = run("segment.py", "--steps", "3", "--size", "16", "--width", "4", out=tmp_path)
+def test_segment(tmp_path, runner):
+    proc = run(runner, "segment.py", "--steps", "3", "--size", "16", "--width", "4", out=tmp_path)
     m = metrics(tmp_path, "segment_metrics.json")
     assert m["parity_ok"] == {"float64": True, "float32": True}
     assert len(m["losses"]) == 3 and "test pixel accuracy" in proc.stdout
@@ -96,8 +123,8 @@ def test_segment(tmp_path):
 
 
 @pytest.mark.needs_recent("torchax")
-def test_torchax_train(tmp_path):
-    proc = run("torchax_train.py", "--steps", "2", "--batch-size", "4", "--width", "4",
+def test_torchax_train(tmp_path, runner):
+    proc = run(runner, "torchax_train.py", "--steps", "2", "--batch-size", "4", "--width", "4",
                out=tmp_path)
     m = metrics(tmp_path, "torchax_train_metrics.json")
     assert m["ok"] and len(m["losses"]) == 2
@@ -113,7 +140,7 @@ def test_sharded_volume(tmp_path):
     # under plain jit as inside shard_map. Slow: compiling the U-Net's three training steps
     # costs about 20 s of CPU (the per-device
     # ops themselves are checked by tests/test_sharding_halo.py in the default run).
-    run("sharded_volume.py", "--steps", "2", "--side", "8", out=tmp_path,
+    run_alone("sharded_volume.py", "--steps", "2", "--side", "8", out=tmp_path,
         env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     m = metrics(tmp_path, "sharded_volume_metrics.json")
     assert m["devices"] == 8
