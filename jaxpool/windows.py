@@ -460,8 +460,10 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
       axis too, 32x256x14x14 -> 3 gradient 1.25x, so not there);
     - ``sliding``: for axes of many families (:func:`is_sliding`), JAX differentiates the
       maxima of sliding windows and the picks that copy each output's from them;
-    - ``values``: JAX differentiates the values' walk (or doubling spans, whose program
-      grows with the window's logarithm).
+    - ``values``: the walk's own decisions repeated on the tangent, padded once
+      (``_select._max_with_walk_tangents``: the picks of JAX's derivative of the walk,
+      whose per-tap pads made its second derivative recompute the comparisons), or JAX's
+      derivative of the doubling spans (whose program grows with the window's logarithm).
     """
     pooled = [plan for plan in axes if not is_identity(plan)]
     picks = (bool(pooled) and all(_one_walked_family(p) for p in pooled)
