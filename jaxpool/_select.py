@@ -186,6 +186,12 @@ def _code_weights(steps):
     return weights, next(d for d in (jnp.int8, jnp.int16, jnp.int32) if weight <= np.iinfo(d).max)
 
 
+def _tap_padding(plan: AxisPlan, families) -> tuple[int, int]:
+    """Elements before and after the axis that hold every tap of the families' windows."""
+    coords = np.concatenate([_tap_coordinates(plan, f)[0].ravel() for f in families])
+    return max(0, -int(coords.min())), max(0, int(coords.max()) + 1 - plan.in_size)
+
+
 def _tap_coordinates(plan: AxisPlan, family: WindowFamily):
     """The input coordinate of each tap of each window, ``[taps, count]``, and whether it
     lies in the input (not the padding)."""
@@ -205,7 +211,7 @@ def _pick_codes_at_once(x, steps):
     geometry = []  # (axis, family, coordinates in the padded copy [taps, count], real, first)
     for axis, plan, family in sorted(steps, key=lambda step: step[0]):
         coords, real = _tap_coordinates(plan, family)
-        lo, hi = max(0, -int(coords.min())), max(0, int(coords.max()) + 1 - plan.in_size)
+        lo, hi = _tap_padding(plan, (family,))
         widths[axis] = (lo, hi, 0)
         geometry.append((axis, family, coords + lo, real, real.argmax(axis=0)))
     padded = lax.pad(x, jnp.asarray(-jnp.inf, x.dtype), widths)
@@ -324,8 +330,7 @@ def _max_with_walk_tangents(x, axis: int, plan: AxisPlan, families):
         return _max_of_families(x, None, axis, plan, families, 1, False)[0]
 
     def tangent(x, t):
-        coords = np.concatenate([_tap_coordinates(plan, f)[0].ravel() for f in families])
-        lo, hi = max(0, -int(coords.min())), max(0, int(coords.max()) - (plan.in_size - 1))
+        lo, hi = _tap_padding(plan, families)
         padded = (pad_axis(t, axis, lo, hi), lo)
         return _interleave([_walk(x, None, axis, plan, f, 1, False, tangent=padded)[1]
                             for f in families], axis)
