@@ -28,7 +28,8 @@ from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
 from jaxpool.sampling import AxisSampling
 from jaxpool.windows import (AxisPlan, WindowFamily, choose_max_strategy, choose_max_tangent,
-                             codes_at_once, is_identity, sliding_plan, window_families)
+                             codes_at_once, first_taps, holds_no_element, is_identity,
+                             sliding_plan, window_families)
 
 
 def index_dtype():
@@ -41,6 +42,8 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
     """Each window's maximum (torch's pick), and with ``with_indices`` its flat index in the
     input's spatial plane (torch's ``return_indices``); ``x`` is laid out as
     ``plan.input_shape``."""
+    if any(holds_no_element(p) for p in plan.axes):
+        return _no_element(x, plan, with_indices)
     innermost_pooled = (plan.spatial_axes[-1] == x.ndim - 1
                         and not is_identity(plan.axes[-1]))
     rules = choose_max_tangent(plan.axes, innermost_pooled)
@@ -56,6 +59,23 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
     walk = tuple("identity" if r == "identity" else "values" for r in rules)
     return values, _max_by_axes(lax.stop_gradient(x), plan, walk, True)[1]
 
+
+def _no_element(x, plan: PoolPlan, with_indices: bool):
+    """Windows that hold no element (:func:`jaxpool.windows.holds_no_element`): torch's
+    -inf, and as index the flat position of each window's first taps at or after the
+    input's start (:func:`jaxpool.windows.first_taps`), which lies beyond the input. The
+    values do not depend on ``x``, so every derivative is zero (torch's own backward sends
+    the gradient to that index, into the next plane or out of its tensor)."""
+    shape = plan.output_shape
+    values = jnp.full(shape, -jnp.inf, x.dtype)
+    if not with_indices:
+        return values, None
+    index, plane_stride = np.zeros((1,) * len(shape), np.int64), 1
+    for axis, axis_plan in reversed(list(zip(plan.spatial_axes, plan.axes))):
+        index = index + np.asarray(first_taps(axis_plan)).reshape(
+            [-1 if a == axis else 1 for a in range(len(shape))]) * plane_stride
+        plane_stride *= axis_plan.in_size
+    return values, jnp.broadcast_to(jnp.asarray(index, index_dtype()), shape)
 
 def _max_by_axes(x, plan: PoolPlan, rules: tuple[str, ...], with_indices: bool):
     """The walk axis by axis, each axis differentiated by its own rule."""

@@ -345,6 +345,23 @@ def max_pool_plan(in_size: int, kernel: int, stride: int, padding: int, dilation
     return AxisPlan(in_size, k, padding, starts, stops, real, dilation)
 
 
+
+def holds_no_element(plan: AxisPlan) -> bool:
+    """Whether no window of a max pooling axis holds an input element: dilated taps that
+    step from the padding over a tiny input (1 element, kernel 2, dilation 2, padding 1).
+    Then no window of the op holds one. Along an axis either every window holds an element
+    or none does (checked for extents to 40, kernels to 8, strides to 6, dilations to 8)."""
+    return plan.out_size > 0 and not any(plan.divisors)
+
+
+def first_taps(plan: AxisPlan) -> tuple[int, ...]:
+    """Each window's first tap at or after the input's start (input coordinates; it may
+    lie beyond the input): where torch's max pooling starts its walk, and the index it
+    reports for a window that holds no element."""
+    return tuple(a - plan.pad_lo + -(-max(plan.pad_lo - a, 0) // plan.dilation) * plan.dilation
+                 for a in plan.starts)
+
+
 @dataclass(frozen=True)
 class WindowFamily:
     """Windows ``first, first + period, first + 2*period, ...`` of an axis (``count`` of
