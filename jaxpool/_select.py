@@ -60,6 +60,7 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
     return values, _max_by_axes(lax.stop_gradient(x), plan, walk, True)[1]
 
 
+
 def _no_element(x, plan: PoolPlan, with_indices: bool):
     """Windows that hold no element (:func:`jaxpool.windows.holds_no_element`): torch's
     -inf, and as index the flat position of each window's first taps at or after the
@@ -336,30 +337,34 @@ def _spread_picks(c, code, steps):
 
 
 def _max_with_walk_tangents(x, axis: int, plan: AxisPlan, families):
-    """Values from the walk; derivatives that repeat the walk's decisions (found on the
-    held input, tap by tap as the values) on the tangent padded once with zeros, so that
-    its transposes slice one padded cotangent rather than pad a copy of it per tap: the
-    same picks as JAX's derivative of the walk itself, bit for bit. Measured on XLA:CPU
-    against that derivative, channels-first 3x3 s1 p1: 32x192x28x28 gradient 1.02x,
-    second derivative 0.47x; 8x64x28x28 second derivative 0.23x (its fusions recomputed
-    the comparisons for each per-tap pad of the cotangent). Decisions made on a
-    once-padded input too cost the gradient 1.3x there."""
+    """Values from the walk over one copy of ``x`` padded with -inf; derivatives that
+    repeat the walk's decisions (found on the held input, as the values) on the tangent
+    padded once with zeros, so that its transposes slice one padded cotangent rather than
+    pad a copy of it per tap: the same picks as JAX's derivative of the walk itself, bit
+    for bit. Measured on XLA:CPU against that derivative, channels-first 3x3 s1 p1:
+    32x192x28x28 gradient 1.02x, second derivative 0.47x; 8x64x28x28 second derivative
+    0.23x (its fusions recomputed the comparisons for each per-tap pad of the cotangent).
+    Slicing one padded copy, not padding each tap (:func:`_tap`), then took 0.80x the
+    forward, 0.81x the gradient and 0.94x the second derivative there, and 0.71x, 0.80x,
+    0.92x on 16x64x56x56 2/2/1: XLA:CPU tests bounds in every fused element of a pad."""
+    lo, hi = _tap_padding(plan, families)
+
+    def walk(x, tangent=None):
+        padded = pad_axis(x, axis, lo, hi, -jnp.inf)
+        tangent = None if tangent is None else pad_axis(tangent, axis, lo, hi)
+        return [_walk(padded, None, axis, plan, f, 1, False, padding=lo, tangent=tangent)
+                for f in families]
 
     @jax.custom_jvp
     def pool(x):
-        return _max_of_families(x, None, axis, plan, families, 1, False)[0]
-
-    def tangent(x, t):
-        lo, hi = _tap_padding(plan, families)
-        padded = (pad_axis(t, axis, lo, hi), lo)
-        return _interleave([_walk(x, None, axis, plan, f, 1, False, tangent=padded)[1]
-                            for f in families], axis)
+        return _interleave([values for values, _ in walk(x)], axis)
 
     @pool.defjvp
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
-        return pool(x), tangent(lax.stop_gradient(x), t)
+        picked = walk(lax.stop_gradient(x), t)
+        return pool(x), _interleave([tangent for _, tangent in picked], axis)
 
     return pool(x)
 
@@ -541,13 +546,14 @@ def _winner(x, axis: int, plan: AxisPlan, with_position: bool):
 
 
 def _walk(x, index, axis: int, plan: AxisPlan, family: WindowFamily, plane_stride: int,
-          with_indices: bool, taps=None, tangent=None):
+          with_indices: bool, taps=None, padding: int | None = None, tangent=None):
     """torch's walk over the windows of one family: one strided slice per tap. With
     ``with_indices``, each window's winner as a flat index (``index`` holds the inner axes'
     picks), or with ``taps`` (an integer dtype) as its tap number times ``plane_stride``
-    plus the inner axes' code held in ``index``. With ``tangent`` (a tangent padded with
-    zeros along the axis, and its padding in front), in place of the winner the tangent's
-    element at each window's winner."""
+    plus the inner axes' code held in ``index``. With ``padding``, ``x`` is a copy padded
+    with -inf that holds every tap, ``padding`` elements in front; with ``tangent`` too (a
+    tangent padded as ``x``, with zeros), in place of the winner the tangent's element at
+    each window's winner."""
     ndim = x.ndim
     coords, real = _tap_coordinates(plan, family)
     first_real = real.argmax(axis=0)                        # every window holds one
@@ -555,7 +561,10 @@ def _walk(x, index, axis: int, plan: AxisPlan, family: WindowFamily, plane_strid
     for j in range(family.taps):
         if not real[j].any():
             continue
-        tap = _tap(x, axis, coords[j], real[j], family.step, -jnp.inf)
+        if padding is None:
+            tap = _tap(x, axis, coords[j], real[j], family.step, -jnp.inf)
+        else:
+            tap = _strided(x, axis, int(coords[j][0]) + padding, len(coords[j]), family.step)
         candidate = None
         if taps is not None:
             candidate = jnp.asarray(j * plane_stride, taps)
@@ -566,8 +575,8 @@ def _walk(x, index, axis: int, plan: AxisPlan, family: WindowFamily, plane_strid
             if index is not None:
                 candidate = _tap(index, axis, coords[j], real[j], family.step, 0) + candidate
         elif tangent is not None:
-            candidate = _strided(tangent[0], axis, int(coords[j][0]) + tangent[1],
-                                 len(coords[j]), family.step)
+            candidate = _strided(tangent, axis, int(coords[j][0]) + padding, len(coords[j]),
+                                 family.step)
         first = first_real == j
         if best is None and first.all():
             best, winner = tap, candidate
