@@ -79,7 +79,10 @@ def _per_device() -> Iterator[None]:
 
 def active(x: Any) -> bool:
     """Whether an op called on ``x`` (without ``axis_names``) takes the primitive."""
-    if _STATE.mode == "never" or _STATE.per_device or not hasattr(jax, "shard_map"):
+    mode = _STATE.mode
+    if mode == "never" or _STATE.per_device or not hasattr(jax, "shard_map"):
+        return False
+    if mode == "auto" and jax.device_count() == 1:  # the usual eager call: nothing to read
         return False
     aval = getattr(x, "aval", None)
     if getattr(aval, "vma", None):  # a per-device value inside shard_map
@@ -88,7 +91,7 @@ def active(x: Any) -> bool:
     types = getattr(mesh, "axis_types", ())
     if any(str(t) != str(jax.sharding.AxisType.Auto) for t in types):
         return False  # explicit sharding types its outputs itself: today's program
-    return _STATE.mode == "always" or jax.device_count() > 1
+    return True
 
 
 # --- what a primitive computes: the op, its tangent map, transposes, batches ---------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxpool import _checks
-from jaxpool._memo import memoized_plan
+from jaxpool._memo import hash_once, memoized_plan
 from jaxpool.plan import _default_stride, _spatial_axes
 from jaxpool.windows import AxisPlan
 
@@ -39,6 +39,7 @@ def unpool_axis_plan(pooled: int, unpooled: int, kernel: int, stride: int,
     return AxisPlan(unpooled, pooled, padding, starts, stops, real)
 
 
+@hash_once
 @dataclass(frozen=True)
 class UnpoolPlan:
     """A whole unpooling: the pooled input's shape and layout, and per spatial axis the
@@ -144,6 +145,7 @@ def _unpool_output_size(op: str, output_size, ndim: int, default: tuple[int, ...
 
 # --- pad ----------------------------------------------------------------------------------
 
+@hash_once
 @dataclass(frozen=True)
 class PadPlan:
     """``pad``: per padded axis ``(axis, lo, hi)`` (negative: crop), the mode and the

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxpool import _checks, strategy_table
-from jaxpool._memo import memoized_plan
+from jaxpool._memo import hash_once, memoized_plan
 from jaxpool.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
                              max_pool_plan)
 
 
+@hash_once
 @dataclass(frozen=True)
 class PoolPlan:
     """A whole op: input layout, one plan per spatial axis, and the divisor rule.

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from jaxpool import _checks, strategy_table
-from jaxpool._memo import memoized_plan
+from jaxpool._memo import hash_once, memoized_plan
 from jaxpool.plan import output_shape
 
 PRECISIONS = ("float32", "float64")
@@ -604,6 +604,7 @@ def output_extent(in_size: int, scale: float) -> int:
 
 # --- a whole op -----------------------------------------------------------------------------
 
+@hash_once
 @dataclass(frozen=True)
 class ResamplePlan:
     """A whole resampling: the input's shape, its spatial axes and one plan per axis."""

@@ -125,6 +125,37 @@ def test_remembered_plans_answer_as_a_fresh_plan_would(name):
             assert got[1:] == want[1:] and (got[0] == want[0] or got[0] is want[0])
 
 
+def _fresh_plans():
+    """Each kind of plan that is a static argument of a compiled program, made twice
+    without the remembered plans (equal, not the same object)."""
+    from jaxpool import placement, plan, sampling
+
+    f32 = np.dtype("float32")
+    calls = [
+        lambda: plan.plan_avg_pool.__wrapped__("avg_pool2d", (1, 2, 9, 9), f32, 2, 3, 2, 1),
+        lambda: sampling.plan_interpolate.__wrapped__(
+            "interpolate", (1, 2, 9, 9), f32, None, 2, "bilinear")[1],
+        lambda: placement.plan_max_unpool.__wrapped__("max_unpool2d", (1, 2, 4, 4), f32, 2,
+                                                      2),
+        lambda: placement.plan_pad.__wrapped__((1, 2, 4), (1, 2), "reflect", None),
+    ]
+    return [(call(), call()) for call in calls]
+
+
+def test_plans_keep_their_hash_and_equal_plans_hash_alike():
+    """jit hashes a static plan on every eager call: the hash is computed once per plan,
+    equal plans (another object) hash alike and find the same program, and a pickled plan
+    carries no kept hash (a string's hash differs between processes)."""
+    import pickle
+
+    for first, second in _fresh_plans():
+        assert first == second and first is not second
+        assert hash(first) == hash(second)
+        assert first.__dict__["_hash"] == hash(first)  # kept
+        copy = pickle.loads(pickle.dumps(first))
+        assert "_hash" not in copy.__dict__ and copy == first and hash(copy) == hash(first)
+
+
 def test_pad_values_of_either_zero_sign_are_torchs_after_one_another():
     torch = pytest.importorskip("torch")
     x = np.ones((1, 2, 3), np.float32)
