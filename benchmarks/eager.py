@@ -17,6 +17,12 @@ sees them. Modes, each timed as interleaved samples:
 - ``vjp``: the op alone, its vector-jacobian product with a given cotangent (``jax.vjp``
   and its pullback; torch's ``autograd.grad(y, x, ct)``).
 
+Every call waits for its result. ``--gap-us N`` does N microseconds of Python work before
+each call, on every side, and leaves it out of the times: eager code runs Python between
+its calls, and XLA:CPU's worker threads stop spinning and sleep a few microseconds after a
+program ends, so a call made after that pays their wake-up, which back-to-back calls (the
+default, 0) do not.
+
 """
 
 from __future__ import annotations
@@ -167,11 +173,26 @@ def _cpu_times(fns: dict, reps: int, inner: int = 20) -> dict:
     return {name: summarize(s, inner) for name, s in samples.items()}
 
 
+def _after_python_work(f, gap_s: float):
+    """``f`` called after ``gap_s`` seconds of Python work (a busy loop, as eager code's
+    own Python between calls; a sleep would hand the core to XLA's workers)."""
+    clock = time.perf_counter
+
+    def call():
+        start = clock()
+        while clock() - start < gap_s:
+            pass
+        return f()
+    return call
+
+
 def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
-             clock: str = "wall") -> list[dict]:
+             clock: str = "wall", gap_us: float = 0.0) -> list[dict]:
     rows = []
     for mode in MODES:
         fns, results = _sides(cell, mode, device)
+        if gap_us:
+            fns = {name: _after_python_work(f, gap_us * 1e-6) for name, f in fns.items()}
         want = results["torch"]
         for name, got in results.items():
             scale = float(np.max(np.abs(want))) or 1.0
@@ -180,9 +201,17 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
         # eager and jitted: the same programs, the same bits
         if results["jaxpool"].tobytes() != results["jit"].tobytes():
             raise AssertionError(f"{cell.name} {mode}: jaxpool is not the jitted bits")
-        timed = measure(fns, reps, min_sample_s) if clock == "wall" else _cpu_times(fns, reps)
+        # JAX's sides interleaved among themselves and torch's among themselves: after its
+        # calls torch's OpenMP threads spin (about 8 ms of CPU), which on two cores lands on
+        # whichever side runs next.
+        timed = {}
+        for group in ([n for n in fns if not n.startswith("torch")],
+                      [n for n in fns if n.startswith("torch")]):
+            sub = {n: fns[n] for n in group}
+            timed.update(measure(sub, reps, min_sample_s) if clock == "wall"
+                         else _cpu_times(sub, reps))
         rows.append({"cell": cell.name, "mode": mode,
-                     "ms": {k: v["median_ms"] for k, v in timed.items()},
+                     "ms": {k: v["median_ms"] - gap_us * 1e-3 for k, v in timed.items()},
                      "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()}})
     return rows
 
@@ -191,9 +220,10 @@ def _fmt(ms: float) -> str:
     return f"{ms:.3g}"
 
 
-def table(rows: list[dict], device: Device, clock: str = "wall") -> str:
+def table(rows: list[dict], device: Device, clock: str = "wall", gap_us: float = 0.0) -> str:
     what = "ms per call" if clock == "wall" else "CPU ms of the process per call"
-    lines = [f"Median {what} of interleaved samples (± half the interquartile range), "
+    after = f", each after {gap_us:g} us of Python work (left out)" if gap_us else ""
+    lines = [f"Median {what} of interleaved samples (± half the interquartile range){after}, "
              f"float32, {device.in_words()}",
              "",
              "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / torch | jaxpool / jit |",
@@ -219,6 +249,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", default="", help="comma-separated cell numbers (from 0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time, or this process's CPU time (a shared machine)")
+    parser.add_argument("--gap-us", type=float, default=0.0,
+                        help="microseconds of Python work before each call, on every side, "
+                             "left out of the times (default 0: back to back)")
     parser.add_argument("--markdown", help="also splice the table into this file")
     parser.add_argument("--section", default="eager", help="the markdown section's name")
     args = parser.parse_args(argv)
@@ -227,9 +260,9 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     rows = []
     for cell in cells:
-        rows += run_cell(cell, args.reps, args.min_sample_s, device, args.clock)
+        rows += run_cell(cell, args.reps, args.min_sample_s, device, args.clock, args.gap_us)
         print(f"  {cell.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    text = table(rows, device, args.clock)
+    text = table(rows, device, args.clock, args.gap_us)
     print(text)
     if args.markdown:
         splice(args.markdown, text, *markers(args.section))

@@ -194,6 +194,24 @@ def test_eager_modes_time_first_and_repeat_calls_against_jit_and_torch(tmp_path)
     assert text.count("| eager-") == 2
 
 
+@pytest.mark.slow  # benchmarks.eager's machinery on one cell (its compiles take seconds)
+def test_eager_benchmark_times_every_side_after_python_work():
+    from benchmarks import eager
+
+    cell = eager.CELLS[1]  # avg_pool2d(x, 2)
+    rows = eager.run_cell(cell, reps=2, min_sample_s=0, device=runner.Device(), gap_us=500)
+    assert [r["mode"] for r in rows] == list(eager.MODES)
+    for r in rows:
+        want = {"jaxpool", "jit", "torch", "torch-1t"} | ({"jax floor"} if r["mode"] == "grad"
+                                                          else set())
+        assert set(r["ms"]) == want
+        # the 0.5 ms of Python work left out once: what is left is the call
+        assert all(0 < ms < 0.5 or r["mode"] != "fwd" for ms in r["ms"].values()), r
+    text = eager.table(rows, runner.Device(), gap_us=500)
+    assert "each after 500 us of Python work (left out)" in text
+    assert text.count(cell.name) == 3
+
+
 def test_first_calls_clear_jax_caches_between_calls():
     import jax
     import jax.numpy as jnp
