@@ -60,7 +60,6 @@ def window_max(x: jax.Array, plan: PoolPlan, with_indices: bool
     return values, _max_by_axes(lax.stop_gradient(x), plan, walk, True)[1]
 
 
-
 def _no_element(x, plan: PoolPlan, with_indices: bool):
     """Windows that hold no element (:func:`jaxpool.windows.holds_no_element`): torch's
     -inf, and as index the flat position of each window's first taps at or after the
@@ -77,6 +76,7 @@ def _no_element(x, plan: PoolPlan, with_indices: bool):
             [-1 if a == axis else 1 for a in range(len(shape))]) * plane_stride
         plane_stride *= axis_plan.in_size
     return values, jnp.broadcast_to(jnp.asarray(index, index_dtype()), shape)
+
 
 def _max_by_axes(x, plan: PoolPlan, rules: tuple[str, ...], with_indices: bool):
     """The walk axis by axis, each axis differentiated by its own rule."""

@@ -345,7 +345,6 @@ def max_pool_plan(in_size: int, kernel: int, stride: int, padding: int, dilation
     return AxisPlan(in_size, k, padding, starts, stops, real, dilation)
 
 
-
 def holds_no_element(plan: AxisPlan) -> bool:
     """Whether no window of a max pooling axis holds an input element: dilated taps that
     step from the padding over a tiny input (1 element, kernel 2, dilation 2, padding 1).
