@@ -7,7 +7,8 @@ from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_av
                          adaptive_max_pool2d, adaptive_max_pool3d, avg_pool, avg_pool1d,
                          avg_pool2d, avg_pool3d, global_avg_pool, global_max_pool, lp_pool,
                          lp_pool1d, lp_pool2d, lp_pool3d, max_pool, max_pool1d, max_pool2d,
-                         max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
+                         max_pool3d)
+from jaxpool.unpooling import max_unpool1d, max_unpool2d, max_unpool3d
 from jaxpool.padding import pad
 from jaxpool.resampling import (interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
                                 upsample_nearest)

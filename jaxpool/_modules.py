@@ -940,3 +940,61 @@ class PixelUnshuffle(_PixelUnshuffle):
     """
 
     function = staticmethod(jaxpool.pixel_unshuffle)
+
+
+# --- every description, and those read from an op's spec ----------------------------------
+
+from jaxpool import registry  # noqa: E402
+
+
+class ArraysPool(Pool):
+    """What a description read from a spec of several arrays has: the call takes them all."""
+
+    def __call__(self, *arrays: ArrayLike) -> Any:
+        """Calls the op on ``arrays`` (layout and result as in the class docstring)."""
+        names = [n for n in list(inspect.signature(self.function).parameters)[len(arrays):]
+                 if n != "axis_names"]
+        return self.function(*arrays, **{name: getattr(self, name) for name in names})
+
+
+def _from_spec(spec: registry.Spec, module: str) -> type[Pool]:
+    """``module``'s description read from ``spec``'s function: its arguments after the
+    arrays (but ``axis_names``) as fields, in its order with its defaults, and
+    ``channels_last`` True (Flax's layout) where it has one."""
+    function = registry.FUNCTIONS[spec.name]
+    parameters = list(inspect.signature(function).parameters.values())[len(spec.arrays):]
+    fields = [(p.name, p.annotation, dataclasses.field(
+        default=True if p.name == "channels_last" else p.default))
+        if p.default is not p.empty else (p.name, p.annotation)
+        for p in parameters if p.name != "axis_names"]
+    base = ArraysPool if len(spec.arrays) > 1 else Pool
+    summary = (function.__doc__ or "").strip().splitlines()[0]
+    doc = (f"``torch.nn.{module}``: :func:`jaxpool.{spec.name}` as a module. {summary}\n\n"
+           f"    Fields: the function's arguments after its arrays, with its defaults; "
+           f"``channels_last`` defaults to True (Flax's layout).\n    ")
+    cls = dataclasses.make_dataclass(module, fields, bases=(base,), eq=False, repr=False,
+                                     namespace={"function": staticmethod(function),
+                                                "__doc__": doc})
+    cls.__module__ = __name__
+    return cls
+
+
+def _descriptions() -> dict[str, type[Pool]]:
+    written = {name: value for name, value in globals().items()
+               if isinstance(value, type) and issubclass(value, Pool)
+               and not name.startswith("_") and "function" in dir(value)
+               and name not in ("Pool", "Unpool", "Pad", "ArraysPool")}
+    for spec in registry.SPECS.values():
+        for module in spec.modules:
+            if module not in written:
+                written[module] = _from_spec(spec, module)
+    return written
+
+
+DESCRIPTIONS: dict[str, type[Pool]] = _descriptions()
+"""Every module's description by its class name: those written above, and those read from
+an op's spec (:data:`jaxpool.registry.SPECS`) where none is written."""
+
+DERIVED: tuple[str, ...] = tuple(name for name in DESCRIPTIONS if name not in globals())
+"""The descriptions read from specs: ``jaxpool.linen`` and ``jaxpool.nnx`` make their
+classes in a loop."""

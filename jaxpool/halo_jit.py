@@ -106,19 +106,19 @@ def _frozen(value):
 
 @dataclasses.dataclass(frozen=True)
 class Op:
-    """``fn(*before, *arrays, *after, **kwargs, axis_names=names)``: a public op's call;
-    ``spatial`` are the first array's axes that ``axis_names`` name, in order."""
+    """A public op's call, every argument by keyword: ``fn(**dict(zip(arrays, values)),
+    **dict(kwargs), axis_names=names)``; ``spatial`` are the first array's axes that
+    ``axis_names`` name, in order."""
     fn: Callable
-    before: tuple
-    after: tuple
-    kwargs: tuple
+    arrays: tuple[str, ...]  # the names of the array arguments, in the primitive's order
+    kwargs: tuple[tuple[str, Any], ...]  # every other argument, by name, sorted
     spatial: tuple[int, ...]
     single: bool  # the op returns one array, not a tuple
     linear_from = None  # nonlinear in every array (a max picks, a power bends)
 
     def local(self, names) -> Callable:
-        def run(*arrays):
-            out = self.fn(*self.before, *arrays, *self.after, **dict(self.kwargs),
+        def run(*values):
+            out = self.fn(**dict(zip(self.arrays, values)), **dict(self.kwargs),
                           axis_names=names)
             return (out,) if self.single else tuple(out)
         return run
@@ -226,12 +226,13 @@ halo_p = jax.extend.core.Primitive("jaxpool_halo")
 halo_p.multiple_results = True
 
 
-def call(fn: Callable, arrays: tuple, spatial, *, before: tuple = (), after: tuple = (),
-         single: bool = True, **kwargs):
-    """``fn(*before, *arrays, *after, **kwargs)`` as the partitioned primitive."""
-    op = Op(fn, _frozen(before), _frozen(after), tuple(sorted(
-        (k, _frozen(v)) for k, v in kwargs.items())), tuple(spatial), single)
-    out = _bind(*(jnp.asarray(a) for a in arrays), node=op)
+def call(fn: Callable, arrays: dict[str, Any], spatial, kwargs: dict[str, Any], *,
+         single: bool = True):
+    """``fn(**arrays, **kwargs)`` as the partitioned primitive: the arrays are its operands,
+    every other argument a static parameter, each passed by its name."""
+    op = Op(fn, tuple(arrays), tuple(sorted((k, _frozen(v)) for k, v in kwargs.items())),
+            tuple(spatial), single)
+    out = _bind(*(jnp.asarray(a) for a in arrays.values()), node=op)
     return out[0] if single else tuple(out)
 
 

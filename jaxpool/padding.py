@@ -14,12 +14,35 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _halo, _pad, halo_jit
+from jaxpool import _halo, _pad, registry
 from jaxpool.placement import plan_pad
+from jaxpool.registry import Prepared, Spec
 
 PadMode = Literal["constant", "reflect", "replicate", "circular"]
 
 
+def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, = arrays
+    pad, channels_last = a["pad"], a["channels_last"]
+    shape = _halo.pad_shape(x.shape, pad, channels_last, axis_names)  # unsharded
+    plan = plan_pad(shape, pad, a["mode"], a["value"], channels_last)
+    fill = np.asarray(plan.value).astype(np.dtype(x.dtype))
+    last = len(x.shape) - (2 if channels_last else 1)
+
+    def compute(x, names):
+        if names is not None:
+            return _halo.pad(_pad.pad, plan, x, jnp.asarray(fill), names)
+        return _pad.pad(plan, x, fill)
+    return Prepared(compute, tuple(sorted(last - i for i in range(len(pad) // 2))))
+
+
+@registry.op(Spec("pad", "pad", _prepare, halo="pad", torch="torch.nn.functional.pad",
+                  aten=("pad", "constant_pad_nd", "_pad_circular", "reflection_pad1d",
+                        "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
+                        "replication_pad2d", "replication_pad3d"),
+                  opinfo=("nn.functional.pad",),
+                  modules=tuple(f"{kind}Pad{d}d" for kind in ("Reflection", "Replication", "Circular", "Zero",
+                                                      "Constant") for d in (1, 2, 3))))
 def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
         value: float | None = None, *, channels_last: bool = False,
         axis_names: Sequence[str | None] | None = None) -> jax.Array:
@@ -67,19 +90,4 @@ def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
       >>> jaxpool.pad(jnp.ones((2, 8, 8, 3)), (1, 1, 2, 2), channels_last=True).shape
       (2, 12, 10, 3)
     """
-    _checks.check_array("pad", x)
-    array = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
-    shape = _halo.pad_shape(array.shape, pad, channels_last, axis_names)  # unsharded
-    plan = plan_pad(shape, pad, mode, value, channels_last)
-    fill = np.asarray(plan.value).astype(np.dtype(array.dtype))
-    if axis_names is not None:
-        return _halo.pad(_pad.pad, plan, _checks.as_jax(array), jnp.asarray(fill), axis_names)
-    if halo_jit.active(array):
-        last = len(array.shape) - (2 if channels_last else 1)
-        padded = tuple(sorted(last - i for i in range(len(pad) // 2)))
-        return halo_jit.call(_PAD, (array,), padded, after=(pad, mode, value),
-                             channels_last=channels_last)
-    return _pad.pad(plan, _checks.as_jax(array), fill)
-
-
-_PAD = pad  # the function, where its own argument ``pad`` hides its name
+    return registry.run("pad", locals())

@@ -14,10 +14,11 @@ from typing import Sequence, Union
 import jax
 from jax.typing import ArrayLike
 
-from jaxpool import _checks, _halo, _resample, halo_jit
-from jaxpool.strategy_table import current_backend
-from jaxpool.pooling import AxisNames, _static, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from jaxpool import _halo, _resample, registry
+from jaxpool.pooling import AxisNames, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from jaxpool.registry import Prepared, Spec
 from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
+from jaxpool.strategy_table import current_backend
 
 SizeArg = Union[int, Sequence[int], None]
 """An int for every spatial axis, or exactly one per axis."""
@@ -27,6 +28,34 @@ ScaleArg = Union[float, Sequence[float], None]
 _AREA = {1: adaptive_avg_pool1d, 2: adaptive_avg_pool2d, 3: adaptive_avg_pool3d}
 
 
+def _prepare_interpolate(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, = arrays
+    shape = _halo.resample_shape(spec.name, x.shape, a["channels_last"], axis_names)
+    sizes, plan = plan_interpolate(spec.name, shape, x.dtype, a["size"], a["scale_factor"],
+                                   a["mode"], a["align_corners"], a["recompute_scale_factor"],
+                                   a["antialias"], a["channels_last"], current_backend())
+    if plan is None:  # area: adaptive average pooling, which routes itself
+        def area(x, names):
+            return _AREA[len(sizes)](x, sizes, channels_last=a["channels_last"],
+                                     axis_names=names)
+        return Prepared(area, (), partitions=False)
+
+    def compute(x, names):
+        if names is not None:
+            return _halo.resample(_resample.run, plan, x, names)
+        return _resample.run(plan, x)
+    return Prepared(compute, plan.spatial_axes)
+
+
+_UPSAMPLE_ATEN = tuple(f"upsample_{mode}{d}d" for mode, d in [
+    ("nearest", 1), ("nearest", 2), ("nearest", 3), ("linear", 1), ("bilinear", 2),
+    ("bicubic", 2), ("trilinear", 3)]) + ("_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+    "_upsample_nearest_exact3d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
+
+
+@registry.op(Spec("interpolate", "interpolate", _prepare_interpolate, halo="resample",
+                  torch="torch.nn.functional.interpolate", aten=_UPSAMPLE_ATEN,
+                  opinfo=("nn.functional.interpolate",), modules=("Upsample",)))
 def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None,
                 mode: str = "nearest", align_corners: bool | None = None,
                 recompute_scale_factor: bool | None = None, antialias: bool = False, *,
@@ -82,23 +111,22 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
       >>> jaxpool.interpolate(jnp.ones((2, 8, 16, 16)), scale_factor=2, mode="bilinear").shape
       (2, 8, 32, 32)
     """
-    array = _static("interpolate", x)
-    shape = _halo.resample_shape("interpolate", array.shape, channels_last, axis_names)
-    sizes, plan = plan_interpolate("interpolate", shape, array.dtype, size, scale_factor,
-                                   mode, align_corners, recompute_scale_factor, antialias,
-                                   channels_last, current_backend())
-    if plan is None:
-        return _AREA[len(sizes)](array, sizes, channels_last=channels_last,
-                                 axis_names=axis_names)
-    if axis_names is not None:
-        return _halo.resample(_resample.run, plan, _checks.as_jax(array), axis_names)
-    if halo_jit.active(array):
-        return halo_jit.call(interpolate, (array,), plan.spatial_axes, after=(
-            size, scale_factor, mode, align_corners, recompute_scale_factor, antialias),
-            channels_last=channels_last)
-    return _resample.run(plan, _checks.as_jax(array))
+    return registry.run("interpolate", locals())
 
 
+def _prepare_upsample(mode: str, align_corners: bool | None):
+    """``interpolate`` with ``mode`` and ``align_corners`` fixed; it routes itself."""
+    def prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+        def upsample(x, names):
+            return interpolate(x, a["size"], a["scale_factor"], mode, align_corners,
+                               channels_last=a["channels_last"], axis_names=names)
+        return Prepared(upsample, (), partitions=False)
+    return prepare
+
+
+@registry.op(Spec("upsample_nearest", "interpolate", _prepare_upsample("nearest", None),
+                  halo="delegate", torch="torch.nn.functional.upsample_nearest",
+                  opinfo=("nn.functional.upsample_nearest",), modules=("UpsamplingNearest2d",)))
 def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
                      channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
     """``torch.nn.functional.upsample_nearest``: :func:`interpolate` with ``mode="nearest"``.
@@ -113,10 +141,12 @@ def upsample_nearest(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg 
       >>> jaxpool.upsample_nearest(jnp.ones((2, 8, 5)), scale_factor=3).shape
       (2, 8, 15)
     """
-    return interpolate(x, size, scale_factor, "nearest", channels_last=channels_last,
-                       axis_names=axis_names)
+    return registry.run("upsample_nearest", locals())
 
 
+@registry.op(Spec("upsample_bilinear", "interpolate", _prepare_upsample("bilinear", True),
+                  halo="delegate", torch="torch.nn.functional.upsample_bilinear",
+                  opinfo=("nn.functional.upsample_bilinear",), modules=("UpsamplingBilinear2d",)))
 def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None, *,
                       channels_last: bool = False, axis_names: AxisNames = None
                       ) -> jax.Array:
@@ -134,10 +164,27 @@ def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg
       >>> jaxpool.upsample_bilinear(jnp.ones((2, 8, 5, 5)), size=9).shape
       (2, 8, 9, 9)
     """
-    return interpolate(x, size, scale_factor, "bilinear", True, channels_last=channels_last,
-                       axis_names=axis_names)
+    return registry.run("upsample_bilinear", locals())
 
 
+def _prepare_shuffle(factor: str, inverse: bool):
+    def prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+        x, = arrays
+        channels_last = a["channels_last"]
+        r, _ = plan_pixel_shuffle(spec.name, x.shape, a[factor], channels_last,
+                                  inverse=inverse)
+        _halo.check_shuffle(spec.name, x.shape, channels_last, axis_names, r, inverse)
+        run = _unshuffle if inverse else _shuffle
+        # each device (un)shuffles its own block: the same program with axis_names
+        return Prepared(lambda x, names: run(x, r, bool(channels_last)),
+                        _last_two(len(x.shape), channels_last))
+    return prepare
+
+
+@registry.op(Spec("pixel_shuffle", "pixel_shuffle", _prepare_shuffle("upscale_factor", False),
+                  ndim=2, halo="shuffle", torch="torch.nn.functional.pixel_shuffle",
+                  aten=("pixel_shuffle",), opinfo=("nn.functional.pixel_shuffle",),
+                  modules=("PixelShuffle",)))
 def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = False,
                   axis_names: AxisNames = None) -> jax.Array:
     """Move channels into space, as ``torch.nn.functional.pixel_shuffle``.
@@ -161,16 +208,13 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
       >>> jaxpool.pixel_shuffle(jnp.ones((2, 27, 8, 8)), 3).shape
       (2, 3, 24, 24)
     """
-    array = _static("pixel_shuffle", x)
-    r, _ = plan_pixel_shuffle("pixel_shuffle", array.shape, upscale_factor, channels_last,
-                              inverse=False)
-    _halo.check_shuffle("pixel_shuffle", array.shape, channels_last, axis_names, r, False)
-    if axis_names is None and halo_jit.active(array):
-        return halo_jit.call(pixel_shuffle, (array,), _last_two(array.ndim, channels_last),
-                             after=(upscale_factor,), channels_last=channels_last)
-    return _shuffle(_checks.as_jax(array), r, bool(channels_last))
+    return registry.run("pixel_shuffle", locals())
 
 
+@registry.op(Spec("pixel_unshuffle", "pixel_shuffle",
+                  _prepare_shuffle("downscale_factor", True), ndim=2, halo="shuffle",
+                  torch="torch.nn.functional.pixel_unshuffle", aten=("pixel_unshuffle",),
+                  opinfo=("nn.functional.pixel_unshuffle",), modules=("PixelUnshuffle",)))
 def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False,
                     axis_names: AxisNames = None) -> jax.Array:
     """Move space into channels, as ``torch.nn.functional.pixel_unshuffle``, the inverse
@@ -192,14 +236,7 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
       >>> jaxpool.pixel_unshuffle(jnp.ones((2, 3, 24, 24)), 3).shape
       (2, 27, 8, 8)
     """
-    array = _static("pixel_unshuffle", x)
-    r, _ = plan_pixel_shuffle("pixel_unshuffle", array.shape, downscale_factor, channels_last,
-                              inverse=True)
-    _halo.check_shuffle("pixel_unshuffle", array.shape, channels_last, axis_names, r, True)
-    if axis_names is None and halo_jit.active(array):
-        return halo_jit.call(pixel_unshuffle, (array,), _last_two(array.ndim, channels_last),
-                             after=(downscale_factor,), channels_last=channels_last)
-    return _unshuffle(_checks.as_jax(array), r, bool(channels_last))
+    return registry.run("pixel_unshuffle", locals())
 
 
 def _last_two(rank: int, channels_last) -> tuple[int, int]:

@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from jaxpool import _checks
 from jaxpool.pooling import OutputSize, Size
@@ -607,3 +607,48 @@ def pixel_unshuffle(input_shape: Shape, downscale_factor: int, *, channels_last:
     """
     return plan_pixel_shuffle("pixel_unshuffle", _input("pixel_unshuffle", input_shape),
                               downscale_factor, channels_last, inverse=True)[1]
+
+
+# --- the shape rule of an op with none written above: read from its spec -------------------
+
+def _array_shape_name(array: str) -> str:
+    return "input_shape" if array == "x" else f"{array}_shape"
+
+
+def _from_spec(name: str) -> Callable[..., tuple]:
+    """``name``'s shape rule: its function traced abstractly (its arguments are checked in
+    plain Python before anything is traced, so it raises the op's own errors). Takes a
+    shape per array (``input_shape`` for ``x``, ``<name>_shape`` for the others), then the
+    op's other arguments; returns the output's shape (a tuple of shapes for several)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxpool import registry
+
+    spec = registry.SPECS[name]
+    function = registry.FUNCTIONS[name]
+
+    def shape_rule(*args: Any, **kwargs: Any) -> tuple:
+        shapes = [kwargs.pop(_array_shape_name(a)) if _array_shape_name(a) in kwargs
+                  else args[i] for i, a in enumerate(spec.arrays)]
+        rest = args[len(shapes):] if len(args) > len(shapes) else ()
+        arrays = [jax.ShapeDtypeStruct(
+            _input(name, s, _array_shape_name(a)),
+            jnp.float32 if a in spec.differentiable else jnp.int32)
+            for a, s in zip(spec.arrays, shapes)]
+        out = jax.eval_shape(lambda *xs: function(*xs, *rest, **kwargs), *arrays)
+        return (tuple(out.shape) if hasattr(out, "shape")
+                else tuple(tuple(o.shape) for o in out))
+
+    shape_rule.__name__ = shape_rule.__qualname__ = name
+    shape_rule.__doc__ = (f"Output shape of :func:`jaxpool.{name}`: its arguments, with a "
+                          f"shape in place of each array.")
+    return shape_rule
+
+
+def __getattr__(name: str) -> Callable[..., tuple]:
+    from jaxpool import registry
+
+    if name in registry.SPECS:
+        return _from_spec(name)
+    raise AttributeError(f"module 'jaxpool.shapes' has no attribute {name!r}")

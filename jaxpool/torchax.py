@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
+from jaxpool import registry
 
 # --- importing torchax --------------------------------------------------------------------
 
@@ -287,6 +288,13 @@ def _table() -> tuple[Op, ...]:
             *_upsample_ops(getattr(aten, f"upsample_nearest{d}d"), "nearest"),
             *_upsample_ops(getattr(aten, f"_upsample_nearest_exact{d}d"), "nearest-exact"),
         ]
+    # an op's ATen names that need no adapter: the schema's arguments are its function's
+    covered = {op.torch_op for op in ops}
+    for spec in registry.SPECS.values():
+        for name in spec.aten:
+            overload = getattr(aten, name).default
+            if overload not in covered:
+                ops.append(_aten(overload, registry.FUNCTIONS[spec.name]))
     return tuple(_with_packets(ops))
 
 

@@ -2,8 +2,9 @@
 
 ``OPS[name]`` says how many spatial axes the op works on, its kind, the names of its
 positional arguments after the array inputs (torch's order) and how to build its torch
-counterpart on channels-first inputs from keyword arguments. ``torch_counterpart`` /
-``jax_counterpart`` give both sides for either layout. Adding an op is a row here and its
+counterpart on channels-first inputs from keyword arguments, all read from the op's spec
+(:mod:`jaxpool.registry`) and its function's signature. ``torch_counterpart`` /
+``jax_counterpart`` give both sides for either layout. A new op joins by its spec, and its
 argument sets in ``grid``.
 """
 
@@ -72,43 +73,52 @@ class Op:
         return len(shape) - 2
 
 
-_AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
-_MAX = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
-_LP = ("norm_type", "kernel_size", "stride", "ceil_mode")
-_ADAPTIVE_MAX = ("output_size", "return_indices")
-_INTERPOLATE = ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
-                "antialias")
-_UNPOOL = ("kernel_size", "stride", "padding", "output_size")
-
 # The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
 MAX_KINDS = ("max", "adaptive_max", "global_max")
 
-OPS: dict[str, Op] = {
-    "avg_pool1d": Op(1, "avg", _AVG, _torch_avg(1)),
-    "avg_pool2d": Op(2, "avg", _AVG, _torch_avg(2)),
-    "avg_pool3d": Op(3, "avg", _AVG, _torch_avg(3)),
-    "adaptive_avg_pool1d": Op(1, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool1d)),
-    "adaptive_avg_pool2d": Op(2, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool2d)),
-    "adaptive_avg_pool3d": Op(3, "adaptive", ("output_size",), _torch_fn(F.adaptive_avg_pool3d)),
-    "global_avg_pool": Op(2, "global", (), _torch_global("mean")),
-    "max_pool1d": Op(1, "max", _MAX, _torch_fn(F.max_pool1d)),
-    "max_pool2d": Op(2, "max", _MAX, _torch_fn(F.max_pool2d)),
-    "max_pool3d": Op(3, "max", _MAX, _torch_fn(F.max_pool3d)),
-    "adaptive_max_pool1d": Op(1, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool1d)),
-    "adaptive_max_pool2d": Op(2, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool2d)),
-    "adaptive_max_pool3d": Op(3, "adaptive_max", _ADAPTIVE_MAX, _torch_fn(F.adaptive_max_pool3d)),
-    "lp_pool1d": Op(1, "lp", _LP, _torch_fn(F.lp_pool1d)),
-    "lp_pool2d": Op(2, "lp", _LP, _torch_fn(F.lp_pool2d)),
-    "lp_pool3d": Op(3, "lp", _LP, _torch_fn(F.lp_pool3d)),
-    "global_max_pool": Op(2, "global_max", (), _torch_global("amax")),
-    "interpolate": Op(None, "interpolate", _INTERPOLATE, _torch_fn(F.interpolate)),
-    "max_unpool1d": Op(1, "unpool", _UNPOOL, _torch_fn(F.max_unpool1d), arrays=2),
-    "max_unpool2d": Op(2, "unpool", _UNPOOL, _torch_fn(F.max_unpool2d), arrays=2),
-    "max_unpool3d": Op(3, "unpool", _UNPOOL, _torch_fn(F.max_unpool3d), arrays=2),
-    "pad": Op(None, "pad", ("pad", "mode", "value"), _torch_fn(F.pad)),
-    "pixel_shuffle": Op(2, "shuffle", ("upscale_factor",), _torch_fn(F.pixel_shuffle)),
-    "pixel_unshuffle": Op(2, "shuffle", ("downscale_factor",), _torch_fn(F.pixel_unshuffle)),
-}
+# The suite's kind of each family of jaxpool.registry (its argument sets and error calls).
+_KINDS = {"avg_pool": "avg", "adaptive_avg_pool": "adaptive", "global_avg_pool": "global",
+          "max_pool": "max", "adaptive_max_pool": "adaptive_max", "lp_pool": "lp",
+          "global_max_pool": "global_max", "interpolate": "interpolate",
+          "max_unpool": "unpool", "pad": "pad", "pixel_shuffle": "shuffle"}
+
+# torch twins that are not ``torch_fn(twin)``.
+_TORCH_BUILDERS = {"avg": _torch_avg, "global": lambda ndim: _torch_global("mean"),
+                   "global_max": lambda ndim: _torch_global("amax")}
+
+
+def _resolve(dotted: str) -> Callable:
+    import importlib
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _from_spec(spec) -> Op:
+    """The suite's row of a jaxpool op, read from its spec and its function's signature."""
+    import inspect
+
+    from jaxpool import registry
+
+    kind = _KINDS[spec.family]
+    parameters = list(inspect.signature(registry.FUNCTIONS[spec.name]).parameters.values())
+    params = tuple(p.name for p in parameters[len(spec.arrays):]
+                   if p.kind is p.POSITIONAL_OR_KEYWORD)
+    torch_fn = (_TORCH_BUILDERS[kind](spec.ndim) if kind in _TORCH_BUILDERS
+                else _torch_fn(_resolve(spec.torch)))
+    return Op(spec.ndim, kind, params, torch_fn, arrays=len(spec.arrays))
+
+
+def _ops() -> dict[str, Op]:
+    import jaxpool  # noqa: F401 (registers every op)
+    from jaxpool import registry
+
+    # every op but those that call another with some arguments fixed (upsample_*)
+    return {name: _from_spec(spec) for name, spec in registry.SPECS.items()
+            if spec.halo != "delegate"}
+
+
+OPS: dict[str, Op] = _ops()
+"""Every op the suite checks, from :data:`jaxpool.registry.SPECS`."""
 
 
 def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:

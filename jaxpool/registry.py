@@ -1,0 +1,161 @@
+"""One entry per op, and the one driver that runs every op.
+
+A :class:`Spec` says what a public function is: its array arguments (and which of them are
+differentiable), how its arguments are checked and planned (``prepare``), how it runs on a
+spatially sharded input (``halo``), its torch twin and ATen names, the entries of torch's
+OpInfo catalog that sample it, and the ``torch.nn`` modules that wrap it. The shape rules
+(:mod:`jaxpool.shapes`), the modules (:mod:`jaxpool._modules`), ``jaxpool.torchax``'s
+table, parity's suite and the tests' op tables read :data:`SPECS`, or are checked against
+it by a test.
+
+Each public function is written as::
+
+    @registry.op(Spec("avg_pool2d", "avg_pool", _prepare_avg, ndim=2, ...))
+    def avg_pool2d(x, kernel_size, ...) -> jax.Array:
+        return registry.run("avg_pool2d", locals())
+
+and :func:`run` does the rest, the same way for every op: the arrays' static shapes and
+dtypes, the checks and the plan (``prepare``), then the route: the per-device code inside
+``shard_map`` (``axis_names``), the partitioned primitive under ``jit`` on several devices
+(:mod:`jaxpool.halo_jit`, every argument passed by name), or the op's own program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from jaxpool import _checks, halo_jit
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+HALO_RULES = ("pool", "resample", "unpool", "pad", "shuffle", "replicate", "delegate")
+"""How an op runs on a spatially sharded input: ``pool``, ``resample``, ``unpool``, ``pad``
+(:mod:`jaxpool._halo`'s exchanges), ``shuffle`` (each device its own block), ``replicate``
+(the partitioner gathers the spatial axes; values stay right) and ``delegate`` (the op
+calls another op, which routes itself)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What an op's ``prepare`` gives the driver: the checked and planned call.
+
+    ``compute(*arrays, axis_names)`` runs the op's kernel on the arrays (as JAX arrays) with
+    the per-device code's ``axis_names`` (None: unsharded). ``spatial``: the axes of the
+    first array that ``axis_names`` name. ``single``: one result, not a tuple.
+    ``partitions``: the call may take :mod:`jaxpool.halo_jit`'s primitive (False where the
+    op delegates, or checks concrete arrays eagerly)."""
+
+    compute: Callable[..., Any]
+    spatial: tuple[int, ...]
+    single: bool = True
+    partitions: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One op (see the module docstring).
+
+    ``prepare(spec, arrays, args, axis_names) -> Prepared`` raises the op's argument
+    errors before any computation; ``arrays`` are the array arguments with a static shape
+    and dtype (not yet converted), ``args`` every other argument by name."""
+
+    name: str
+    family: str  # ops that share a docstring and a kernel: "max_pool" for max_pool1d/2d/3d
+    prepare: Callable[..., Prepared]
+    ndim: int | None = None  # spatial axes the name fixes (None: the input's or arguments')
+    arrays: tuple[str, ...] = ("x",)
+    differentiable: tuple[str, ...] = ("x",)
+    halo: str = "replicate"
+    torch: str | None = None  # the torch twin, dotted: "torch.nn.functional.avg_pool2d"
+    aten: tuple[str, ...] = ()  # ATen ops jaxpool.torchax lowers to this op
+    opinfo: tuple[str, ...] = ()  # entries of torch's OpInfo catalog (op_db) that sample it
+    modules: tuple[str, ...] = ()  # the torch.nn modules, and jaxpool.linen/nnx's classes
+
+    @property
+    def rank(self) -> int:
+        """``ndim``, of an op whose name fixes it."""
+        if self.ndim is None:
+            raise TypeError(f"{self.name}: its name fixes no number of spatial axes")
+        return self.ndim
+
+    def __post_init__(self) -> None:
+        if self.halo not in HALO_RULES:
+            raise ValueError(f"{self.name}: halo must be one of {HALO_RULES}, got {self.halo!r}")
+        if not set(self.differentiable) <= set(self.arrays):
+            raise ValueError(f"{self.name}: differentiable {self.differentiable} are not "
+                             f"among the arrays {self.arrays}")
+
+
+SPECS: dict[str, Spec] = {}
+"""Every public op's spec, by the function's name."""
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {}
+"""Every public op's function, by its name."""
+
+
+def op(spec: Spec) -> Callable[[F], F]:
+    """Registers ``spec`` for the function it decorates (whose name must be the spec's),
+    and returns the function unchanged."""
+    def register(function: F) -> F:
+        if function.__name__ != spec.name:
+            raise ValueError(f"spec {spec.name!r} decorates {function.__name__!r}")
+        if spec.name in SPECS:
+            raise ValueError(f"{spec.name!r} is registered twice")
+        SPECS[spec.name] = spec
+        FUNCTIONS[spec.name] = function
+        return function
+    return register
+
+
+def static(op_name: str, x: Any) -> Any:
+    """``x`` as something with a static ``shape`` and ``dtype``, without converting it (a
+    conversion could change the dtype before the checks see it)."""
+    _checks.check_array(op_name, x)
+    return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
+
+
+def run(name: str, args: dict[str, Any]) -> Any:
+    """Runs the op ``name`` on its arguments, by name (the public function's ``locals()``):
+    check -> plan -> route."""
+    spec = SPECS[name]
+    args = dict(args)
+    axis_names = args.pop("axis_names", None)
+    arrays = tuple(static(name, args.pop(a)) for a in spec.arrays)
+    call = spec.prepare(spec, arrays, args, axis_names)
+    if axis_names is None and call.partitions and halo_jit.active(arrays[0]):
+        return halo_jit.call(FUNCTIONS[name], dict(zip(spec.arrays, arrays)), call.spatial,
+                             args, single=call.single)
+    return call.compute(*(_checks.as_jax(a) for a in arrays), axis_names)
+
+
+# --- a family's functions from one signature ----------------------------------------------
+
+def function(name: str, signature: Callable[..., Any], doc: str, module: str) -> Callable:
+    """The public function ``name``: the parameters of ``signature`` (a ``Protocol``'s
+    ``__call__``, which types the family for checkers), the docstring ``doc``, and the body
+    ``return run(name, locals())``.
+
+    A 1d/2d/3d family is written once, as one protocol and one docstring; its functions
+    are real functions (``inspect.signature``, ``help`` and the docs see their
+    parameters), compiled from source as ``dataclasses`` compiles ``__init__``."""
+    parameters = list(inspect.signature(signature).parameters.values())[1:]  # not self
+    defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+    source, keyword_only = [], False
+    for p in parameters:
+        if p.kind is p.KEYWORD_ONLY and not keyword_only:
+            source.append("*")
+            keyword_only = True
+        source.append(f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name)
+    namespace: dict[str, Any] = {"_run": run, "_defaults": defaults}
+    exec(f"def {name}({', '.join(source)}):\n    return _run({name!r}, locals())\n",
+         namespace)
+    made = namespace[name]
+    made.__doc__, made.__module__, made.__qualname__ = doc, module, name
+    made.__annotations__ = {p.name: p.annotation for p in parameters
+                            if p.annotation is not p.empty}
+    made.__annotations__["return"] = inspect.signature(signature).return_annotation
+    return made
