@@ -20,15 +20,15 @@ __all__ = [
     "adaptive_max_pool", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
     "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d", "global_avg_pool",
     "global_max_pool", "lp_pool", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool",
-    "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx",
+    "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx", "equinox",
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad",
 ]
 
 
 def __getattr__(name):
-    # Flax is imported only when its modules are asked for.
-    if name in ("linen", "nnx"):
+    # Flax and Equinox are imported only when their modules are asked for.
+    if name in ("linen", "nnx", "equinox"):
         import importlib
         return importlib.import_module(f"jaxpool.{name}")
     raise AttributeError(f"module 'jaxpool' has no attribute {name!r}")

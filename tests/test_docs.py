@@ -50,7 +50,7 @@ def _public_names():
     for name in jaxpool.__all__:
         if inspect.isfunction(getattr(jaxpool, name)):
             yield "api", f"jaxpool.{name}"
-    for framework in ("linen", "nnx"):
+    for framework in ("linen", "nnx", "equinox"):
         module = importlib.import_module(f"jaxpool.{framework}")
         for name, obj in vars(module).items():
             if inspect.isclass(obj) and obj.__module__ == module.__name__ and name[0] != "_":
@@ -64,7 +64,7 @@ def _public_names():
 
 def test_docs_build_with_warnings_as_errors_and_document_every_public_name(html):
     pages = {page: (html / f"{page}.html").read_text() for page in
-             ("index", "api", "linen", "nnx", "shapes", "parity")}
+             ("index", "api", "linen", "nnx", "equinox", "shapes", "parity")}
     missing = [name for page, name in _public_names() if f'id="{name}"' not in pages[page]]
     assert not missing, f"public names without an entry in the API reference: {missing}"
 

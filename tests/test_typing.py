@@ -47,7 +47,7 @@ def test_public_function_is_fully_annotated(name, function):
         f"{name}: the docstring needs Args and Returns sections"
 
 
-@pytest.mark.parametrize("framework", ["linen", "nnx"])
+@pytest.mark.parametrize("framework", ["linen", "nnx", "equinox"])
 def test_module_fields_are_typed(framework):
     module = pytest.importorskip(f"jaxpool.{framework}")
     classes = [c for c in vars(module).values()
