@@ -9,6 +9,8 @@ from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_av
                          lp_pool1d, lp_pool2d, lp_pool3d, max_pool, max_pool1d, max_pool2d,
                          max_pool3d)
 from jaxpool.unpooling import max_unpool1d, max_unpool2d, max_unpool3d
+from jaxpool.folding import fold, unfold
+from jaxpool.grid_sampling import affine_grid, grid_sample
 from jaxpool.padding import pad
 from jaxpool.resampling import (interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
                                 upsample_nearest)
@@ -22,7 +24,8 @@ __all__ = [
     "global_max_pool", "lp_pool", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool",
     "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx", "equinox",
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
-    "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
+    "unfold", "fold",
 ]
 
 

@@ -74,6 +74,10 @@ class Spec:
     aten: tuple[str, ...] = ()  # ATen ops jaxpool.torchax lowers to this op
     opinfo: tuple[str, ...] = ()  # entries of torch's OpInfo catalog (op_db) that sample it
     modules: tuple[str, ...] = ()  # the torch.nn modules, and jaxpool.linen/nnx's classes
+    # argument sets for parity's suite where it has none written: ((shape of each array),
+    # keyword arguments), channels-first; and bad calls: (label, (shapes), keyword arguments)
+    samples: tuple[tuple[tuple[tuple[int, ...], ...], dict[str, Any]], ...] = ()
+    errors: tuple[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any]], ...] = ()
 
     @property
     def rank(self) -> int:

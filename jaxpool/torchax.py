@@ -224,6 +224,25 @@ def _resize(mode: str, antialias: bool = False):
 
 aten = torch.ops.aten
 
+# ATen's grid_sampler codes for its modes and padding modes
+_GRID_MODES = ("bilinear", "nearest", "bicubic")
+_GRID_PADDINGS = ("zeros", "border", "reflection")
+
+
+def _grid_sampler(x, grid, interpolation_mode, padding_mode, align_corners):
+    return jaxpool.grid_sample(x, grid, _GRID_MODES[interpolation_mode],
+                               _GRID_PADDINGS[padding_mode], align_corners)
+
+
+def _by_schema(function):
+    """``function`` called with the ATen schema's arguments by name, the tensor (``self``,
+    named ``x`` by the binder) first, whatever the function calls it."""
+    def compute(**named):
+        if "x" in named:
+            return function(named.pop("x"), **named)
+        return function(**named)
+    return compute
+
 
 def _upsample_ops(packet, mode, antialias=False):
     compute = _resize(mode, antialias)
@@ -288,13 +307,15 @@ def _table() -> tuple[Op, ...]:
             *_upsample_ops(getattr(aten, f"upsample_nearest{d}d"), "nearest"),
             *_upsample_ops(getattr(aten, f"_upsample_nearest_exact{d}d"), "nearest-exact"),
         ]
+    ops += [_aten(getattr(aten, name).default, _grid_sampler)
+            for name in ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")]
     # an op's ATen names that need no adapter: the schema's arguments are its function's
     covered = {op.torch_op for op in ops}
     for spec in registry.SPECS.values():
         for name in spec.aten:
             overload = getattr(aten, name).default
             if overload not in covered:
-                ops.append(_aten(overload, registry.FUNCTIONS[spec.name]))
+                ops.append(_aten(overload, _by_schema(registry.FUNCTIONS[spec.name])))
     return tuple(_with_packets(ops))
 
 

@@ -21,7 +21,7 @@ from parity.suite.cli import build_parser, main, select_cases
 
 
 def _case(op, dtype="float64", channels_last=False):
-    shape, kw = suite._MAIN[op][0]
+    shape, kw, *_ = suite._main(op)[0]
     return suite.Case(op, shape, tuple(kw.items()), dtype, channels_last)
 
 
@@ -31,10 +31,13 @@ def _crossed_grid():
     values-only cases in float64, the bad-argument calls."""
     cases = []
     for op in suite.OPS:
-        for (shape, kw), dtype, last in itertools.product(suite._MAIN[op], suite.DTYPES,
-                                                          (False, True)):
-            cases.append(suite.Case(op, shape, tuple(kw.items()), dtype, last))
-        cases += [suite.Case(op, shape, tuple(kw.items())) for shape, kw in suite._EXTRA[op]]
+        layouts = [layout == "last" for layout in suite._layouts(op, ["first", "last"])]
+        for (shape, kw, *more), dtype, last in itertools.product(suite._main(op), suite.DTYPES,
+                                                                 layouts):
+            cases.append(suite.Case(op, shape, tuple(kw.items()), dtype, last,
+                                    shapes=more[0] if more else ()))
+        cases += [suite.Case(op, shape, tuple(kw.items()), shapes=more[0] if more else ())
+                  for shape, kw, *more in suite._extra(op)]
         cases += suite._values_only_cases(op, ("float64",))
         cases.append(suite.error_cases(op))
     return cases
@@ -52,18 +55,21 @@ def test_default_grid_holds_every_op_dtype_layout_and_order():
     for op in suite.OPS:
         mine = [c for c in _derivative_cases(cases) if c.op == op]
         assert {c.dtype for c in mine} == set(suite.DTYPES), op
-        assert {c.layout for c in mine} == {"first", "last"}, op
+        # both layouts, where the op takes them (its function's channels_last)
+        layouts = set(suite._layouts(op, ["first", "last"]))
+        assert {c.layout for c in mine} == layouts, op
         # to order 3 but in half precision (order 2), and to order 3 in both layouts
         assert all(c.orders == (2 if c.dtype in ("float16", "bfloat16") else 3)
                    for c in mine), op
-        assert {c.layout for c in mine if c.orders == 3} == {"first", "last"}, op
+        assert {c.layout for c in mine if c.orders == 3} == layouts, op
         assert any(isinstance(c, suite.ErrorCase) and c.op == op for c in cases)
         # every kind of op with more than one member sees every dtype in either layout
         kind = [c for c in _derivative_cases(cases) if suite.OPS[c.op].kind == suite.OPS[op].kind]
-        if len({c.op for c in kind}) > 1 or len(kind) >= len(pairs):
+        if (len({c.op for c in kind}) > 1 or len(kind) >= len(pairs)) and len(layouts) == 2:
             assert {(c.dtype, c.layout) for c in kind} == pairs, op
-    # far fewer programs than the crossed grid's 298
-    assert len([c for c in cases if isinstance(c, suite.Case)]) < 150
+    # far fewer programs than the crossed grid
+    assert len([c for c in cases if isinstance(c, suite.Case)]) < len(
+        [c for c in _crossed_grid() if isinstance(c, suite.Case)]) / 2
 
 
 def _kinds(case):
@@ -113,7 +119,7 @@ def test_the_default_grid_s_stand_ins_keep_the_kinds_of_argument_they_stand_for(
 
 def test_full_grid_holds_the_crossed_grid():
     crossed = {c.key for c in _crossed_grid()}
-    assert len(crossed) == 322
+    assert len(crossed) >= 322
     full = {c.key for c in suite.full_cases()}
     assert crossed <= full and len(full) > 3000
 
@@ -331,7 +337,7 @@ def test_the_default_output_is_a_row_per_op_on_one_screen():
     console = Console(record=True, width=120)
     report_mod.render_summary(_made_up_results(), console, seconds=42.0)
     lines = console.export_text().rstrip().splitlines()
-    assert len(lines) <= 36, "\n".join(lines)
+    assert len(lines) <= 12 + len(suite.OPS), "\n".join(lines)
     firsts = [line.split()[0] for line in lines if line.split()]
     assert all(firsts.count(op) == 1 for op in suite.OPS)
     header = next(line for line in lines if line.lstrip().startswith("op"))

@@ -41,7 +41,9 @@ def test_the_function_takes_its_arrays_first_then_the_options_by_name(name):
     parameters = list(inspect.signature(registry.FUNCTIONS[name]).parameters.values())
     assert tuple(p.name for p in parameters[:len(spec.arrays)]) == spec.arrays
     keyword_only = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY}
-    assert {"channels_last", "axis_names"} <= keyword_only
+    # the layout and the mesh axes by name only, where the op takes them
+    assert keyword_only <= {"channels_last", "axis_names"}
+    assert ("axis_names" in keyword_only) == (spec.halo not in ("replicate",)), spec.halo
     assert spec.family and spec.halo in registry.HALO_RULES
 
 

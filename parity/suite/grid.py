@@ -53,6 +53,9 @@ class Case:
     # inputs to an odd LP norm; "repeated indices": max_unpool's indices from overlapping
     # windows, some naming one element twice. Values (and indices) only.
     special: str = ""
+    # the shapes of the arrays after the first (ops that read a second array, such as
+    # grid_sample's grid), channels-first; each drawn from a standard normal
+    shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def ndim(self) -> int:
@@ -73,7 +76,7 @@ class Case:
                  "align_corners": ("align-corners", "half-pixel"),
                  "antialias": ("antialias", "no-antialias"),
                  "recompute_scale_factor": ("recompute-scale", "given-scale")}
-        parts = ["[" + ",".join(map(str, self.shape)) + "]"]
+        parts = ["[" + ",".join(map(str, shape)) + "]" for shape in (self.shape,) + self.shapes]
         for k, v in self.kwargs:
             if k in flags:
                 parts.append(flags[k][0] if v else flags[k][1])
@@ -103,6 +106,9 @@ class Case:
         dtype, unless the case is about ties. max_unpool's second input is the indices of
         torch's max_pool with the same arguments (each in its own window)."""
         rng = np.random.default_rng(self.seed)
+        if self.shapes:
+            return tuple(np.ascontiguousarray(rng.standard_normal(s).astype(DTYPES[self.dtype]))
+                         for s in (self.shape,) + self.shapes)
         last = len(self.shape) - self.ndim - 1
         if OPS[self.op].kind == "unpool":
             x = rng.standard_normal(self.shape).astype(DTYPES[self.dtype])
@@ -475,10 +481,40 @@ LAYOUTS = ("first", "last")
 DEFAULT_ORDERS = {"float16": 2, "bfloat16": 2}
 
 
-def _default_variants(op: str) -> list[tuple[tuple[int, ...], dict[str, Any]]]:
+def _spec_sets(op: str) -> list:
+    """An op's argument sets from its spec (``jaxpool.registry``), where none are written
+    here: ``(shape, kwargs, shapes of the other arrays)``."""
+    from jaxpool import registry
+
+    return [(shapes[0], dict(kw), tuple(shapes[1:]))
+            for shapes, kw in registry.SPECS[op].samples]
+
+
+def _main(op: str) -> list:
+    return _MAIN[op] if op in _MAIN else _spec_sets(op)[:1]
+
+
+def _extra(op: str) -> list:
+    return _EXTRA[op] if op in _MAIN else _spec_sets(op)[1:]
+
+
+def _layouts(op: str, layouts: list[str]) -> list[str]:
+    """The layouts an op takes: channels-first only where its function has no
+    ``channels_last``, or reads a second array that is not laid out as the first."""
+    import inspect
+
+    import jaxpool
+
+    has = "channels_last" in inspect.signature(getattr(jaxpool, op)).parameters
+    if not has or (OPS[op].arrays > 1 and OPS[op].kind != "unpool"):
+        return [layout for layout in layouts if layout == "first"] or ["first"]
+    return layouts
+
+
+def _default_variants(op: str) -> list:
     """The argument sets the default grid runs for ``op``, each once (see ``quick_cases``)."""
     chosen = _DEFAULT.get(op)
-    return list(chosen) if chosen is not None else _MAIN[op] + _EXTRA[op]
+    return list(chosen) if chosen is not None else _main(op) + _extra(op)
 
 
 def _family_index(op: str) -> int:
@@ -510,13 +546,15 @@ def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None =
     for op in ops:
         variants = _default_variants(op)
         shift = _family_index(op)
+        op_layouts = _layouts(op, layouts)
         for j in range(max(len(variants), len(dtypes))):
-            shape, kw = variants[j % len(variants)]
+            shape, kw, *more = variants[j % len(variants)]
             turn = j // len(dtypes)
-            layout = layouts[(j + turn + shift) % len(layouts)]
+            layout = op_layouts[(j + turn + shift) % len(op_layouts)]
             dtype = dtypes[j % len(dtypes)]
             cases.append(Case(op, shape, _kw(kw), dtype, layout == "last",
-                              orders=DEFAULT_ORDERS.get(dtype, 3)))
+                              orders=DEFAULT_ORDERS.get(dtype, 3),
+                              shapes=more[0] if more else ()))
         if "float64" in dtypes:
             cases += [c for c in _values_only_cases(op, ("float64",)) if c.layout in layouts]
         cases.append(error_cases(op))
@@ -610,14 +648,17 @@ def full_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = 
                         ((2, 2, 9, 8), {})]
         else:
             variants = []
-        main = len(_MAIN[op])
-        variants = _MAIN[op] + variants + _EXTRA[op]
-        for i, (shape, kw) in enumerate(variants):
+        main = len(_main(op))
+        variants = _main(op) + variants + _extra(op)
+        both = _layouts(op, list(LAYOUTS)) == list(LAYOUTS)
+        for i, (shape, kw, *more) in enumerate(variants):
             for dtype in dtypes:
                 # channels-last is a transpose around the same computation: every argument
                 # set gets it in float64, the main ones in every dtype.
-                for cl in (False, True) if (i < main or dtype == "float64") else (False,):
-                    cases.append(Case(op, shape, _kw(kw), dtype, cl))
+                for cl in ((False, True) if both and (i < main or dtype == "float64")
+                           else (False,)):
+                    cases.append(Case(op, shape, _kw(kw), dtype, cl,
+                                      shapes=more[0] if more else ()))
         cases += _values_only_cases(op, dtypes)
         cases.append(error_cases(op))
     return cases
@@ -633,6 +674,12 @@ def error_cases(op: str) -> ErrorCase:
     """
     kind = OPS[op].kind
     rng = np.random.default_rng(zlib.crc32(op.encode()))
+    from jaxpool import registry
+
+    if registry.SPECS[op].errors:
+        return ErrorCase(op, tuple(
+            (label, tuple(rng.standard_normal(s) for s in shapes), _kw(kw))
+            for label, shapes, kw in registry.SPECS[op].errors))
     if kind in _ERROR_CALLS:
         return ErrorCase(op, tuple((label, args, _kw(kw))
                                    for label, args, kw in _ERROR_CALLS[kind](op, rng)))

@@ -99,7 +99,7 @@ def _from_spec(spec) -> Op:
 
     from jaxpool import registry
 
-    kind = _KINDS[spec.family]
+    kind = _KINDS.get(spec.family, spec.family)
     parameters = list(inspect.signature(registry.FUNCTIONS[spec.name]).parameters.values())
     params = tuple(p.name for p in parameters[len(spec.arrays):]
                    if p.kind is p.POSITIONAL_OR_KEYWORD)
@@ -158,4 +158,6 @@ def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Calla
     import jaxpool
 
     fn = getattr(jaxpool, op)
+    if not channels_last:  # (the ops without a layout take no channels_last)
+        return lambda *arrays: fn(*arrays, **kwargs)
     return lambda *arrays: fn(*arrays, **kwargs, channels_last=channels_last)
