@@ -55,7 +55,7 @@ def _module_signature(app, what, name, obj, options, signature, return_annotatio
     # The Flax classes' constructors are the framework's (linen adds parent and name, nnx
     # shows *args): show the fields of their description, what a user passes.
     if what == "class" and name.startswith(("jaxpool.linen.", "jaxpool.nnx.")):
-        description = getattr(_modules, obj.__name__)
+        description = _modules.DESCRIPTIONS[obj.__name__]
         return stringify_signature(inspect.signature(description), unqualified_typehints=True,
                                    show_return_annotation=False), None
     return None
