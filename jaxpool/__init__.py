@@ -12,7 +12,7 @@ from jaxpool.unpooling import max_unpool1d, max_unpool2d, max_unpool3d
 from jaxpool.folding import fold, unfold
 from jaxpool.grid_sampling import affine_grid, grid_sample
 from jaxpool.padding import pad
-from jaxpool.resampling import (interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
+from jaxpool.resampling import (channel_shuffle, interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
                                 upsample_nearest)
 
 __version__ = "0.1.0"
@@ -25,7 +25,7 @@ __all__ = [
     "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx", "equinox",
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
-    "unfold", "fold",
+    "unfold", "fold", "channel_shuffle",
 ]
 
 

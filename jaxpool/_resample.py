@@ -495,3 +495,12 @@ def run(plan: ResamplePlan, x: jax.Array) -> jax.Array:
         return resample(x, plan)
     compute = jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
     return resample(x.astype(compute), plan).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def channel_shuffle(x: jax.Array, groups: int, axis: int) -> jax.Array:
+    """Channel ``g*(C/groups) + k`` goes to ``k*groups + g`` along ``axis``: a reshape and
+    a transpose, every value copied."""
+    c = x.shape[axis]
+    split = x.reshape(x.shape[:axis] + (groups, c // groups) + x.shape[axis + 1:])
+    return jnp.swapaxes(split, axis, axis + 1).reshape(x.shape)

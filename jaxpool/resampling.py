@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 from jaxpool import _halo, _resample, registry
 from jaxpool.pooling import AxisNames, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.registry import Prepared, Spec
-from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle
+from jaxpool.sampling import plan_channel_shuffle, plan_interpolate, plan_pixel_shuffle
 from jaxpool.strategy_table import current_backend
 
 SizeArg = Union[int, Sequence[int], None]
@@ -237,6 +237,57 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
       (2, 27, 8, 8)
     """
     return registry.run("pixel_unshuffle", locals())
+
+
+# --- channel shuffle (docs/adding_an_op.rst walks through it) ---------------------------
+
+def _prepare_channel_shuffle(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, = arrays
+    groups, axis = plan_channel_shuffle(spec.name, x.shape, a["groups"], a["channels_last"])
+    if axis_names is not None:
+        _halo.check_axis_names(spec.name, axis_names, len(x.shape) - 2)
+    # channels only: each device shuffles its own block, and XLA partitions it as it is
+    return Prepared(lambda x, names: _resample.channel_shuffle(x, groups, axis), (),
+                    partitions=False)
+
+
+@registry.op(Spec("channel_shuffle", "channel_shuffle", _prepare_channel_shuffle,
+                  halo="shuffle", torch="torch.nn.functional.channel_shuffle",
+                  aten=("channel_shuffle",), opinfo=("nn.functional.channel_shuffle",),
+                  modules=("ChannelShuffle",),
+                  samples=((((2, 6, 3, 4),), dict(groups=3)), (((2, 4, 5),), dict(groups=2)),
+                           (((1, 8, 2, 3, 2),), dict(groups=4))),
+                  errors=(("rank 2", ((6, 4),), dict(groups=2)),
+                          ("groups that do not divide the channels", ((2, 6, 3),),
+                           dict(groups=4)),
+                          ("groups=0", ((2, 6, 3),), dict(groups=0)))))
+def channel_shuffle(x: ArrayLike, groups: int, *, channels_last: bool = False,
+                    axis_names: AxisNames = None) -> jax.Array:
+    """Interleave the channels of ``groups`` groups, as
+    ``torch.nn.functional.channel_shuffle`` (ShuffleNet's shuffle).
+
+    Channel ``g*(C/groups) + k`` goes to ``k*groups + g``: ``[B, C, *spatial]`` viewed as
+    ``[B, groups, C/groups, *spatial]``, its two channel axes swapped.
+
+    Args:
+      x: ``[B, C, *spatial]`` (rank 3 or more, any dtype); with ``channels_last``,
+        ``[B, *spatial, C]``.
+      groups: a positive int that divides ``C``.
+      channels_last: channels after the spatial axes.
+      axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial axis
+        (None: unsharded): each device shuffles its own block, no exchange.
+
+    Returns:
+      ``x``'s shape, layout and dtype, every value copied.
+
+    Example:
+      >>> jaxpool.channel_shuffle(jnp.arange(6.0).reshape(1, 6, 1), 3)[0, :, 0]
+      Array([0., 2., 4., 1., 3., 5.], dtype=float32)
+    """
+    return registry.run("channel_shuffle", locals())
+
+
+# --- end of channel shuffle ----------------------------------------------------------------
 
 
 def _last_two(rank: int, channels_last) -> tuple[int, int]:

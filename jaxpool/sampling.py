@@ -773,3 +773,21 @@ def plan_pixel_shuffle(op: str, shape, factor, channels_last, inverse: bool
                              f"by {name}**2 = {r * r}")
         h, w, c = h * r, w * r, c // (r * r)
     return r, shape[:-3] + ((h, w, c) if channels_last else (c, h, w))
+
+
+def plan_channel_shuffle(op: str, shape, groups, channels_last) -> tuple[int, int]:
+    """Check ``channel_shuffle`` as torch does; return the groups and the channel axis."""
+    channels_last = _checks.check_channels_last(channels_last)
+    g = _checks.as_int("groups", groups, groups, "a positive int")
+    shape = tuple(shape)
+    if len(shape) < 3:
+        raise ValueError(f"{op} expects x of rank 3 or more "
+                         f"({'[B, *spatial, C]' if channels_last else '[B, C, *spatial]'}), "
+                         f"got shape {shape}")
+    if g < 1:
+        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+    axis = len(shape) - 1 if channels_last else 1
+    if shape[axis] % g:
+        raise ValueError(f"{op}: the channel count {shape[axis]} (shape {shape}) must be "
+                         f"divisible by groups={g}")
+    return g, axis
