@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -39,15 +39,15 @@ HALO_RULES = ("pool", "resample", "unpool", "pad", "shuffle", "replicate", "dele
 calls another op, which routes itself)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """What an op's ``prepare`` gives the driver: the checked and planned call.
 
     ``compute(*arrays, axis_names)`` runs the op's kernel on the arrays (as JAX arrays) with
     the per-device code's ``axis_names`` (None: unsharded). ``spatial``: the axes of the
     first array that ``axis_names`` name. ``single``: one result, not a tuple.
     ``partitions``: the call may take :mod:`jaxpool.halo_jit`'s primitive (False where the
-    op delegates, or checks concrete arrays eagerly)."""
+    op delegates, or checks concrete arrays eagerly). (A tuple, not a frozen dataclass: it
+    is made on every call, and eager calls are counted in microseconds.)"""
 
     compute: Callable[..., Any]
     spatial: tuple[int, ...]
@@ -126,8 +126,14 @@ def run(name: str, args: dict[str, Any]) -> Any:
     """Runs the op ``name`` on its arguments, by name (the public function's ``locals()``):
     check -> plan -> route."""
     spec = SPECS[name]
-    args = dict(args)
-    axis_names = args.pop("axis_names", None)
+    axis_names = args.pop("axis_names", None)  # (``args`` is the caller's own locals())
+    if len(spec.arrays) == 1:  # the usual call, without a loop: eager calls count each us
+        x = static(name, args.pop(spec.arrays[0]))
+        call = spec.prepare(spec, (x,), args, axis_names)
+        if axis_names is None and call.partitions and halo_jit.active(x):
+            return halo_jit.call(FUNCTIONS[name], {spec.arrays[0]: x}, call.spatial, args,
+                                 single=call.single)
+        return call.compute(_checks.as_jax(x), axis_names)
     arrays = tuple(static(name, args.pop(a)) for a in spec.arrays)
     call = spec.prepare(spec, arrays, args, axis_names)
     if axis_names is None and call.partitions and halo_jit.active(arrays[0]):
