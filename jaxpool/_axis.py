@@ -23,6 +23,7 @@ import numpy as np
 from jax import lax
 
 from jaxpool._avals import shaped_like
+from jaxpool._nonfinite import matmul_keeping_nonfinite
 from jaxpool.plan import PoolPlan
 from jaxpool.windows import AxisPlan, window_families
 
@@ -82,13 +83,14 @@ def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
 def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
     """The values of one axis's window sums (exact: a NaN or inf reaches only the windows
     that hold it). Differentiable by JAX itself except ``matrix``, whose values are not the
-    plain product (see ``_matmul_keeping_nonfinite``) and which is always wrapped."""
+    plain product (see ``_nonfinite.matmul_keeping_nonfinite``) and which is always wrapped."""
     if strategy == "identity":
         return x
     if strategy == "repeat":
-        return _repeat(x, axis, plan.out_size // plan.in_size)
+        return repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "matrix":
-        return _matmul_keeping_nonfinite(x, axis, window_matrix(plan))
+        matrix = window_matrix(plan)
+        return matmul_keeping_nonfinite(x, axis, matrix, _matmul, positive=matrix)
     return {"sums": _sums, "blocks": _blocks, "taps": _taps, "families": _families,
             "reduce_window": _reduce_window_sums}[strategy](x, axis, plan)
 
@@ -202,7 +204,7 @@ def _blocks(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     return x.sum(axis=axis + 1)
 
 
-def _repeat(x: jax.Array, axis: int, factor: int) -> jax.Array:
+def repeat(x: jax.Array, axis: int, factor: int) -> jax.Array:
     """Each element repeated ``factor`` times along ``axis`` (upsampling by replication)."""
     expanded = jnp.expand_dims(x, axis + 1)
     shape = x.shape[:axis + 1] + (factor,) + x.shape[axis + 1:]
@@ -263,38 +265,6 @@ def _padded_taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
         tap = pad_axis(tap, axis, first, plan.out_size - 1 - last)
         total = tap if total is None else total + tap
     return total
-
-
-def _matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
-    """Window sums along ``axis`` as a product with a 0/1 ``[out, in]`` window matrix, with
-    torch's handling of NaN and inf: NaN if a window holds a NaN or both infinities, else the
-    sign of the infinity it holds, else the finite sum.
-
-    A product of the raw input would turn one inf into NaN across its whole row
-    (``0 * inf``), so the values come from two products: one of the input with its
-    non-finite entries zeroed, and one of a plane that codes them, from which each window
-    learns whether it holds a +inf (or NaN) and a -inf (or NaN). No data-dependent branch:
-    a global "all finite?" test would cost a collective on sharded inputs.
-    """
-    finite = jnp.isfinite(x)
-    zero = jnp.zeros((), x.dtype)
-    total = _matmul(jnp.where(finite, x, zero), axis, matrix)
-    # Code +inf as 1 and -inf as `base` (NaN as both): a window's coded sum is
-    # n_pos + base * n_neg, exact while it stays below 2**(mantissa bits).
-    base = float(matrix.sum(axis=1).max() + 1)
-    exact = base * base < 2.0 ** jnp.finfo(x.dtype).nmant
-    positive = jnp.where(finite, zero, jnp.where(x < 0, zero, 1)).astype(x.dtype)
-    negative = jnp.where(finite, zero, jnp.where(x > 0, zero, 1)).astype(x.dtype)
-    if exact:
-        coded = _matmul(positive + base * negative, axis, matrix)
-        n_neg = jnp.floor(coded / base)
-        n_pos = coded - base * n_neg
-    else:
-        n_pos, n_neg = _matmul(positive, axis, matrix), _matmul(negative, axis, matrix)
-    has_pos, has_neg = n_pos > 0.5, n_neg > 0.5
-    inf = jnp.asarray(jnp.inf, x.dtype)
-    total = jnp.where(has_pos, inf, jnp.where(has_neg, -inf, total))
-    return jnp.where(has_pos & has_neg, jnp.asarray(jnp.nan, x.dtype), total)
 
 
 def window_matrix(plan: AxisPlan) -> np.ndarray:

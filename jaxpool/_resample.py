@@ -17,7 +17,8 @@ import numpy as np
 from jax import lax
 from jax.interpreters import ad, batching, mlir
 
-from jaxpool._axis import _repeat
+from jaxpool._axis import repeat
+from jaxpool._nonfinite import matmul_keeping_nonfinite
 from jaxpool.sampling import AxisSampling, ResamplePlan, Windows
 
 
@@ -38,7 +39,7 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         # torch's x*1 + x*0: x itself where finite (a zero's sign kept), NaN for inf.
         return x + x * jnp.zeros((), x.dtype)
     if strategy == "repeat":
-        return _repeat(x, axis, plan.out_size // plan.in_size)
+        return repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "phases":
         return _phases(x, axis, plan)
     if strategy == "filter-phases":
@@ -317,64 +318,12 @@ def _sum_keeping_zero_signs(x: jax.Array, axis: int) -> jax.Array:
 
 
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
-    """``x`` times the plan's ``[out, in]`` matrix, with NaN and inf where torch's sum of
-    products puts them: NaN where an output reads a NaN, multiplies an infinity by a zero
-    weight, or sums infinities of both signs; else the infinity it sums; else the product
-    of the finite entries.
-
-    A product of the raw input would spread one inf over its whole row (``0 * inf``), so the
-    non-finite entries are zeroed, and coded (+inf 1, -inf ``base``, NaN ``base**2``) in a
-    plane multiplied by one 0/1/``base**3`` pattern (positive weights 1, zero weights
-    ``base**3``) and, for kernels with negative weights, a second one: each output reads
-    off the counts it needs. No data-dependent branch: a global "all finite?" test would
-    cost a collective on sharded inputs.
-    """
-    finite = jnp.isfinite(x)
-    zero = jnp.zeros((), x.dtype)
-    total = _matmul(jnp.where(finite, x, zero), axis, plan.matrix())
-    base = float(max(len(t) for t in plan.taps) + 1)
-    b2, b3 = base * base, base ** 3
-    coded_x = jnp.where(finite, zero, jnp.where(jnp.isnan(x), jnp.asarray(b2, x.dtype),
-                                                jnp.where(x > 0, jnp.ones((), x.dtype),
-                                                          jnp.asarray(base, x.dtype))))
-    positive = plan.support(lambda w: w > 0)
-    zeros = plan.support(lambda w: w == 0)
-    negative = plan.support(lambda w: w < 0)
-    exact = base ** 4 < 2.0 ** jnp.finfo(x.dtype).nmant
-
-    def counts(pattern):
-        """(n_pos, n_neg, n_nan) read through ``pattern``; +0.5 before each floor: XLA
-        divides by a constant as a product with its reciprocal (49/49 can come out just
-        below 1)."""
-        coded = _matmul(coded_x, axis, pattern)
-        n_nan = jnp.floor((coded + 0.5) / b2)
-        rest = coded - b2 * n_nan
-        n_neg = jnp.floor((rest + 0.5) / base)
-        return rest - base * n_neg, n_neg, n_nan
-
-    if exact:
-        coded = _matmul(coded_x, axis, positive + b3 * zeros)
-        hit_zero = jnp.floor((coded + 0.5) / b3)
-        rest = coded - b3 * hit_zero
-        p_nan = jnp.floor((rest + 0.5) / b2)
-        rest = rest - b2 * p_nan
-        p_neg = jnp.floor((rest + 0.5) / base)
-        p_pos = rest - base * p_neg
-        invalid = (hit_zero > 0.5) | (p_nan > 0.5)
-    else:
-        p_pos, p_neg, p_nan = counts(positive)
-        z_pos, z_neg, z_nan = counts(zeros)
-        invalid = (p_nan + z_pos + z_neg + z_nan) > 0.5
-    if negative.any():
-        n_pos, n_neg, n_nan = counts(negative)
-        plus, minus = p_pos + n_neg > 0.5, p_neg + n_pos > 0.5
-        invalid = invalid | (n_nan > 0.5)
-    else:
-        plus, minus = p_pos > 0.5, p_neg > 0.5
-    invalid = invalid | (plus & minus)
-    total = jnp.where(plus, jnp.asarray(jnp.inf, x.dtype),
-                      jnp.where(minus, jnp.asarray(-jnp.inf, x.dtype), total))
-    return jnp.where(invalid, jnp.asarray(jnp.nan, x.dtype), total)
+    """``x`` times the plan's ``[out, in]`` matrix, NaN and inf where torch's sum of products
+    puts them (every tap's product computed, a zero weight's too)."""
+    return matmul_keeping_nonfinite(x, axis, plan.matrix(), _matmul,
+                                    positive=plan.support(lambda w: w > 0),
+                                    zeros=plan.support(lambda w: w == 0),
+                                    negative=plan.support(lambda w: w < 0))
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxpool import _checks
 from jaxpool._memo import hash_once, memoized_plan
-from jaxpool.plan import _default_stride, _spatial_axes
+from jaxpool.plan import default_stride, spatial_axes
 from jaxpool.windows import AxisPlan
 
 # How an unpooling is placed (see choose_unpool_strategy).
@@ -96,7 +96,7 @@ def plan_max_unpool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, 
     cannot)."""
     channels_last = _checks.check_channels_last(channels_last)
     kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
-    strides = _default_stride(stride, kernel, ndim)
+    strides = default_stride(stride, kernel, ndim)
     pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     if indices_shape is not None and tuple(indices_shape) != tuple(shape):
@@ -115,7 +115,7 @@ def plan_max_unpool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, 
                          f"padding={padding!r}, output_size={output_size!r})")
     axes = tuple(unpool_axis_plan(n, size, k, s, p)
                  for n, size, k, s, p in zip(spatial, sizes, kernel, strides, pads))
-    return UnpoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
+    return UnpoolPlan(tuple(shape), spatial_axes(len(shape), ndim, channels_last), axes)
 
 
 def _unpool_output_size(op: str, output_size, ndim: int, default: tuple[int, ...],

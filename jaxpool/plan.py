@@ -69,7 +69,7 @@ def output_shape(input_shape: tuple[int, ...], spatial_axes: tuple[int, ...], ax
     return tuple(shape)
 
 
-def _spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:
+def spatial_axes(rank: int, ndim: int, channels_last: bool) -> tuple[int, ...]:
     first = rank - ndim - (1 if channels_last else 0)
     return tuple(range(first, first + ndim))
 
@@ -82,7 +82,7 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     channels_last = _checks.check_channels_last(channels_last)
     backend = strategy_table.check_backend(backend)
     kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
-    strides = _default_stride(stride, kernel, ndim)
+    strides = default_stride(stride, kernel, ndim)
     pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
     ceil_mode = _checks.check_bool("ceil_mode", ceil_mode)
     count_include_pad = _checks.check_bool("count_include_pad", count_include_pad)
@@ -101,7 +101,7 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
                              f"kernel no larger than each extent plus twice its padding")
     axes = tuple(avg_pool_plan(n, k, s, p, ceil_mode, count_include_pad)
                  for n, k, s, p in zip(spatial, kernel, strides, pads))
-    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes,
+    return PoolPlan(tuple(shape), spatial_axes(len(shape), ndim, channels_last), axes,
                     divisor_override, backend=backend)
 
 
@@ -118,7 +118,7 @@ def plan_adaptive(op: str, shape, dtype, ndim: int, output_size,
     _, spatial, _ = _checks.check_input(op, shape, dtype, ndim, channels_last)
     sizes = tuple(n if k is None else k for n, k in zip(spatial, sizes))
     axes = tuple(adaptive_plan(n, k) for n, k in zip(spatial, sizes))
-    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes,
+    return PoolPlan(tuple(shape), spatial_axes(len(shape), ndim, channels_last), axes,
                     backend=backend)
 
 
@@ -129,7 +129,7 @@ def plan_global(op: str, shape, dtype, channels_last=False) -> PoolPlan:
     _, spatial, _ = _checks.check_input(op, shape, dtype, 2, channels_last,
                                         batched_only=True)
     axes = tuple(adaptive_plan(n, 1) for n in spatial)
-    return PoolPlan(tuple(shape), _spatial_axes(len(shape), 2, channels_last), axes)
+    return PoolPlan(tuple(shape), spatial_axes(len(shape), 2, channels_last), axes)
 
 
 @memoized_plan
@@ -138,7 +138,7 @@ def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     """torch's max_pool windows: ``dilation`` apart, padding never selected."""
     channels_last = _checks.check_channels_last(channels_last)
     kernel = _checks.int_tuple("kernel_size", kernel_size, ndim, minimum=1)
-    strides = _default_stride(stride, kernel, ndim)
+    strides = default_stride(stride, kernel, ndim)
     pads = _checks.int_tuple("padding", padding, ndim, minimum=0)
     dilations = _checks.int_tuple("dilation", dilation, ndim, minimum=1)
     ceil_mode = _checks.check_bool("ceil_mode", ceil_mode)
@@ -152,7 +152,7 @@ def plan_max_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
                              f"dilation*(kernel_size-1) + 1 <= extent + 2*padding")
     axes = tuple(max_pool_plan(n, k, s, p, d, ceil_mode)
                  for n, k, s, p, d in zip(spatial, kernel, strides, pads, dilations))
-    return PoolPlan(tuple(shape), _spatial_axes(len(shape), ndim, channels_last), axes)
+    return PoolPlan(tuple(shape), spatial_axes(len(shape), ndim, channels_last), axes)
 
 
 @memoized_plan
@@ -178,7 +178,7 @@ def check_norm_type(norm_type) -> float:
     return float(norm_type)
 
 
-def _default_stride(stride, kernel: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+def default_stride(stride, kernel: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     """``stride`` None, 0 or empty means ``kernel_size``."""
     if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
         stride = 0
