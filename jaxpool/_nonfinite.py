@@ -61,7 +61,7 @@ def matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray, produc
         n_neg = jnp.floor((rest + 0.5) / base)
         return rest - base * n_neg, n_neg, n_nan
 
-    if exact and has_zeros:
+    if exact and zeros is not None and has_zeros:
         coded = product(coded_x, axis, positive + b3 * zeros)
         hit_zero = jnp.floor((coded + 0.5) / b3)
         rest = coded - b3 * hit_zero
@@ -73,10 +73,10 @@ def matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray, produc
     else:
         p_pos, p_neg, p_nan = counts(positive)
         invalid = p_nan > 0.5
-        if has_zeros:
+        if zeros is not None and has_zeros:
             z_pos, z_neg, z_nan = counts(zeros)
             invalid = invalid | ((z_pos + z_neg + z_nan) > 0.5)
-    if has_negative:
+    if negative is not None and has_negative:
         n_pos, n_neg, n_nan = counts(negative)
         plus, minus = p_pos + n_neg > 0.5, p_neg + n_pos > 0.5
         invalid = invalid | (n_nan > 0.5)
