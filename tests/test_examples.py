@@ -11,6 +11,7 @@ imported what they import.
 from __future__ import annotations
 
 import json
+import math
 import os
 import runpy
 import subprocess
@@ -23,7 +24,7 @@ from fresh_process import ScriptRunner
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py",
-           "sharded_volume.py",
+           "sharded_volume.py", "stn.py",
            pytest.param("torchax_train.py", marks=pytest.mark.needs_recent("torchax")))
 
 
@@ -108,6 +109,18 @@ def test_per_example_grads(tmp_path, runner):
     m = metrics(tmp_path, "per_example_grads_metrics.json")
     assert m["agree"] and m["max_rel_err"] < 1e-5
     assert m["speedup"] > 0 and "speedup of vmap over the loop" in proc.stdout
+
+
+def test_stn(tmp_path, runner):
+    proc = run(runner, "stn.py", "--steps", "6", "--batch-size", "8", "--train-size", "64",
+               "--test-size", "16", out=tmp_path)
+    m = metrics(tmp_path, "stn_metrics.json")
+    assert m["step_scatter_ops"] == [] and m["step_has_gather"]
+    assert m["double_backward_bitwise_identical"] and "bitwise identical" in proc.stdout
+    assert len(m["losses"]) == 6 and all(math.isfinite(v) for v in m["losses"])
+    # without --check-torch (tests/test_replays.py checks the same warp against torch)
+    assert m["torch_ok"] is None
+    assert (tmp_path / "stn_views.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # sharded.py runs end to end (training and collective check in one process) in
