@@ -18,7 +18,8 @@ class Call:
     arguments, ``outputs`` its output leaves ((leaf path, array); shapes and dtypes only in a
     trace); ``input_grads`` and ``output_grads`` (parallel to them, None where not
     differentiated) the loss's cotangents there. ``start`` numbers the calls in the order
-    they begin; a run lists them in the order they return."""
+    they begin; a run lists them in the order they return. ``own_inputs``: in shadow mode,
+    the array arguments the port computed itself, before torch's took their place."""
 
     path: str  # torch module name, or Flax module path
     type_name: str
@@ -27,6 +28,7 @@ class Call:
     outputs: list = dataclasses.field(default_factory=list)
     input_grads: list = dataclasses.field(default_factory=list)
     output_grads: list = dataclasses.field(default_factory=list)
+    own_inputs: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -18,6 +18,7 @@ rows say so, ``LayerRow.by_position``). Rows, in the order a reader should meet 
 * ``weight``: every mapped Flax leaf against torch's tensor through the layout rule (exact:
   a leaf of lower precision must hold torch's value rounded to it; the run then computes
   with torch's value, and the row says so), so that a wrong weight is reported as a weight;
+* ``input`` (shadow mode): each paired call's input as the port computed it;
 * ``output``: each paired call's output, in the order the layers return;
 * ``gradient`` and ``input gradient``: the gradients of a scalar loss ``sum(w * output)``
   (random ``w``) with respect to every parameter and at every paired call's input (the
@@ -42,12 +43,19 @@ a fixed tolerance (one near-tie in a max-pool window, decided by rounding, sends
 elsewhere), but not by far more than torch's own float32 run differs from the exact answer.
 ``reference="direct"`` compares directly with the dtype's fixed tolerance.
 
-Shadow mode checks layers, not the code between them: a function applied between two
-modules (a ``jnp`` reshape, an add outside any block) is replaced along with the input of
-the module after it; chained mode checks it.
+Shadow mode checks the code between layers too (a ``jnp`` reshape, an add outside any block,
+an attention block's arithmetic between its projections): at each paired call, the input
+the port computed itself (from torch's values one layer before) against torch's, an
+``input`` row, before torch's input takes its place.
 
-The torch module is copied and cast to ``x``'s dtype, and the Flax variables are cast too:
-both sides compute in ``x``'s precision, and neither model is changed (train-mode BatchNorm
+Integer inputs (token ids, an attention mask) reach both sides as they are; the precision
+is ``dtype=`` or the torch model's. Calls that return more on one side (an attention
+block's (output, weights), BEiT's embeddings with their (height, width)) are compared on
+the output leaves both return (``parity.pairing.corresponding_outputs``); the rest are
+listed in ``ModelReport.one_sided``: a row fails on numbers, never on form.
+
+The torch module is copied and cast to the comparison's dtype, and the Flax variables are
+cast too: both sides compute in that precision, and neither model is changed (train-mode BatchNorm
 updates running statistics; those updates are not compared: Flax averages the biased batch
 variance, torch the unbiased one).
 """
@@ -66,13 +74,14 @@ import numpy as np
 import torch
 
 from . import record_flax, record_torch
-from .convert import TORCH_DTYPES, to_jax, to_numpy, x64
+from .convert import TORCH_DTYPES, map_arrays, numpy_dtype, to_jax, to_numpy, x64
 from .model_report import LayerRow, ModelReport
 from .calls import Call
 from .layout import flax_layout, get_value, is_nnx_module, nnx_modules, set_value
-from .pairing import CallPair, WeightMap, format_alignment, match_weights, pair_calls
+from .pairing import (CallPair, WeightMap, corresponding_outputs, format_alignment,
+                      match_weights, pair_calls)
 from .tolerances import HALF, Diff, is_float, tolerance
-from .weights import fill
+from .weights import fill, leaf_values
 
 __all__ = ["LayerRow", "ModelReport", "assert_model_parity", "compare_layers"]
 
@@ -86,7 +95,8 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
                    gradients: bool = True, seed: int = 0, rtol: float | None = None,
                    atol: float | None = None, train_arg: str | None = "train",
                    flax_kwargs: Mapping[str, Any] | None = None, mode: str = "chained",
-                   reference: str | None = None) -> ModelReport:
+                   reference: str | None = None, torch_kwargs: Mapping[str, Any] | None = None,
+                   dtype=None) -> ModelReport:
     """Run a torch model and its Flax port on the same input and compare them layer by layer.
 
     Args:
@@ -95,8 +105,9 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
       variables: linen variables, or None to initialise the linen model and import the torch
         weights (``load_torch_weights``); for nnx, None (the model holds its weights; they
         are compared as they are; load them with ``load_torch_weights`` first).
-      x: the input, in torch's layout (a NumPy/JAX array or torch tensor); its dtype is the
-        precision of the comparison.
+      x: the input, in torch's layout (a NumPy/JAX array or torch tensor): floating-point
+        (its dtype is the precision of the comparison, unless ``dtype`` says another), or
+        integer or boolean (token ids), passed to both sides as it is.
       train: train-mode BatchNorm (batch statistics) on both sides: ``torch_module.train()``,
         ``train_arg=True`` to the linen model's ``__call__`` (when it takes that argument;
         the batch_stats collection is mutable), ``model.train()`` for nnx.
@@ -115,6 +126,10 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         torch layer's recorded input and output cotangent).
       reference: "float64" (judge against torch in float64; the default below float64) or
         "direct" (the default for float64, and with ``rtol``/``atol``).
+      torch_kwargs: more keyword arguments for the torch model's call (an attention mask:
+        arrays become tensors, floating-point ones in the comparison's dtype).
+      dtype: the precision of the comparison (both models and a floating ``x`` are cast to
+        it); by default a floating ``x``'s dtype, else the torch model's.
 
     Returns:
       A ``ModelReport``.
@@ -125,21 +140,29 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
     if not isinstance(torch_module, torch.nn.Module):
         raise TypeError(f"torch_module must be a torch.nn.Module, got {type(torch_module).__name__}")
     x = to_numpy(x)
-    if not is_float(x.dtype):
-        raise TypeError(f"x must be a floating-point array, got dtype {x.dtype}")
+    dtype = _run_dtype(x, dtype, torch_module)
+    if is_float(x.dtype):
+        x = x.astype(dtype)
     nnx_model = is_nnx_module(flax_model)
     if nnx_model and variables is not None:
         raise ValueError("variables must be None for an nnx model (it holds its own weights)")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if reference is None:
-        direct = x.dtype == np.float64 or rtol is not None or atol is not None
+        direct = dtype == np.float64 or rtol is not None or atol is not None
         reference = "direct" if direct else "float64"
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    if variables is not None and any(isinstance(a, jax.ShapeDtypeStruct)
+                                     for a in jax.tree_util.tree_leaves(variables)):
+        raise ValueError("variables holds shapes only (ShapeDtypeStruct leaves, as "
+                         "jax.eval_shape returns them): load torch's weights into it first, "
+                         "variables = parity.load_torch_weights(torch_module, variables, "
+                         "model=..., x=...), or pass variables=None")
+    if torch_kwargs is not None and not isinstance(torch_kwargs, Mapping):
+        raise TypeError(f"torch_kwargs must be a mapping, got {type(torch_kwargs).__name__}")
     name_map = {k: "/".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
                 for k, v in (name_map or {}).items()}
-    dtype = x.dtype
     with x64():
         x_flax = to_flax(x) if to_flax is not None else (
             np.moveaxis(x, 1, -1) if channels_last and x.ndim >= 3 else x)
@@ -147,41 +170,48 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         kwargs = dict(flax_kwargs or {})
         if not nnx_model and train_arg and train_arg in _call_params(flax_model):
             kwargs[train_arg] = train
+        initialised = not nnx_model and variables is None
         if nnx_model:
             target = flax_model
-        elif variables is None:
+        elif initialised:
             init_kwargs = {**kwargs, **({train_arg: False} if train_arg in kwargs else {})}
             # only the structure: every leaf is torch's (or the pairing raises)
             shapes = jax.eval_shape(lambda key, x: flax_model.init(key, x, **init_kwargs),
-                                    jax.random.key(0), x_flax.astype(dtype))
-            variables = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), shapes)
-            target = _cast_linen(variables, dtype)
+                                    jax.random.key(0), x_flax)
+            target = _cast_linen(jax.tree_util.tree_map(
+                lambda a: np.zeros(a.shape, a.dtype), shapes), dtype)
         else:
             target = variables
         run_target = _cast_nnx(target, dtype) if nnx_model else _cast_linen(target, dtype)
+        # The one description of the Flax model's calls (shapes only) and the one pairing
+        # of the weights: everything below reads them.
         prog = record_flax.program(flax_model if not nnx_model else run_target,
                                    None if nnx_model else run_target, kwargs, train)
         f_trace, _ = record_flax.trace(prog, x_flax)
-        order = record_flax.order(f_trace)
-        weight_name_map = _weight_name_map(name_map, torch_module)
-        if not nnx_model and target is not variables:  # initialised here: torch's weights
-            target = fill(match_weights(torch_module, target, weight_name_map, order), target)
-        weights = match_weights(torch_module, target, weight_name_map, order)
-        weight_rows, exact = _weight_rows(weights, dtype)
-        run_weights = match_weights(torch_module, run_target, weight_name_map, order)
-        run_target = fill(run_weights, run_target, only=exact)
-        prog = record_flax.program(flax_model if not nnx_model else run_target,
-                                   None if nnx_model else run_target, kwargs, train)
+        weights = match_weights(torch_module, target, _weight_name_map(name_map, torch_module),
+                                record_flax.order(f_trace))
+        if initialised:  # torch's weights, in the structure init gave
+            target = fill(weights, target)
+        weight_rows, exact = _weight_rows(weights, target, dtype)
+        run_target = fill(weights, run_target, only=exact, dtype=dtype)
+        prog = prog.with_variables(run_target)  # the same program, on torch's exact values
 
         t_model = copy.deepcopy(torch_module).to(TORCH_DTYPES[dtype]).train(train)
+        t_kwargs = _cast_floats(dict(torch_kwargs or {}), dtype)
         rng = np.random.default_rng([seed, 0x1A7E5])
         drawn: list[np.ndarray] = []
+        f_root = [[a for _, a in c.outputs if jnp.issubdtype(a.dtype, jnp.floating)]
+                  for c in f_trace if c.path == ""]
 
         def torch_weights(ys):  # random weights of the loss, in torch's layout
             drawn[:] = [rng.standard_normal(tuple(y.shape)).astype(dtype) for y in ys]
+            if f_root:  # what the Flax model does not return weighs nothing on either side
+                kept = _corresponding_floats(ys, f_root[-1], channels_last)
+                drawn[:] = [w if i in kept else np.zeros_like(w) for i, w in enumerate(drawn)]
             return drawn
 
-        t_run = record_torch.run(t_model, x, torch_weights, gradients=gradients)
+        t_run = record_torch.run(t_model, x, torch_weights, gradients=gradients,
+                                 kwargs=t_kwargs)
         _check_name_map(name_map, t_run.calls, f_trace)
         pairs, unpaired_torch, unpaired_flax = pair_calls(t_run.calls, f_trace, weights,
                                                           name_map, channels_last)
@@ -192,11 +222,12 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
             # as in the Flax port, from what came before it).
             ref_model = copy.deepcopy(t_model).double()
             t_shadow = {p.torch.start: p.torch for p in pairs} if mode == "shadow" else None
-            ref_run = record_torch.run(ref_model, x.astype(np.float64),
+            ref_run = record_torch.run(ref_model, _cast_floats(x, np.float64),
                                        lambda ys: [w.astype(np.float64) for w in drawn],
-                                       gradients=gradients, shadow=t_shadow)
+                                       gradients=gradients, shadow=t_shadow,
+                                       kwargs=_cast_floats(t_kwargs, np.float64))
 
-        ws = _flax_loss_weights(drawn, f_trace, channels_last)
+        ws = _flax_loss_weights(drawn, t_run, f_trace, channels_last)
         shadow = _shadow(pairs, channels_last) if mode == "shadow" else None
         f_run = record_flax.run(prog, x_flax, ws, f_trace, gradients=gradients, shadow=shadow)
 
@@ -205,7 +236,8 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
     judge = _Judge(dtype, channels_last, rtol, atol, reference == "float64")
     concrete = [(p, by_start[p.flax.start], ref_calls.get(p.torch.start)) for p in pairs
                 if p.flax.start in by_start]
-    rows = weight_rows + _output_rows(concrete, judge)
+    output_rows, one_sided = _output_rows(concrete, judge, channels_last)
+    rows = weight_rows + output_rows
     if f_run.error:  # the port stopped: its last rows are where
         if "" in unpaired_torch:
             unpaired_torch.remove("")
@@ -215,7 +247,49 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         rows += _gradient_rows(concrete, t_run, f_run, ref_run, weights, judge)
     return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax,
                        mode, "torch" if reference == "direct" else "torch float64",
-                       format_alignment(weights, pairs, unpaired_torch, unpaired_flax))
+                       format_alignment(weights, pairs, unpaired_torch, unpaired_flax),
+                       one_sided)
+
+
+def _run_dtype(x: np.ndarray, dtype, torch_module) -> np.dtype:
+    """The precision of the comparison: ``dtype``, else a floating ``x``'s, else the torch
+    model's (its first floating-point parameter or buffer): integer inputs (token ids, an
+    attention mask) carry none."""
+    if not (is_float(x.dtype) or np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_):
+        raise TypeError(f"x must be a floating-point, integer or boolean array, got dtype "
+                        f"{x.dtype}")
+    if dtype is not None:
+        try:
+            d = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be a floating-point dtype, got {dtype!r}") from None
+        if not is_float(d) or d not in TORCH_DTYPES:
+            raise TypeError(f"dtype must be a floating-point dtype, got {dtype!r}")
+        return d
+    if is_float(x.dtype):
+        return x.dtype
+    floats = [t.dtype for t in [*torch_module.parameters(), *torch_module.buffers()]
+              if t.is_floating_point()]
+    if not floats:
+        raise TypeError(f"x is {x.dtype} and the torch model holds no floating-point tensor "
+                        "to take the precision from: pass dtype=")
+    return numpy_dtype(floats[0])
+
+
+def _cast_floats(tree, dtype):
+    """``tree`` with its floating-point arrays cast to ``dtype`` (integers as they are)."""
+    def cast(a):
+        a = to_numpy(a)
+        return a.astype(dtype) if is_float(a.dtype) else a
+
+    return map_arrays(cast, tree)
+
+
+def _corresponding_floats(t_leaves: list, f_leaves: list, channels_last) -> set[int]:
+    """The indices of ``t_leaves`` (floating-point arrays) that have a Flax counterpart."""
+    t = [(str(i), jax.ShapeDtypeStruct(tuple(a.shape), np.float64)) for i, a in enumerate(t_leaves)]
+    f = [(str(j), a) for j, a in enumerate(f_leaves)]
+    return {i for i, _ in corresponding_outputs(t, f, channels_last)[0]}
 
 
 def assert_model_parity(torch_module, flax_model, variables, x, **kwargs) -> ModelReport:
@@ -252,27 +326,42 @@ def _in_flax_layout(t: np.ndarray, flax_shape: tuple, channels_last: bool) -> np
 
 
 def _shadow(pairs: list[CallPair], channels_last) -> dict[int, record_flax.Shadow]:
-    """What each paired Flax call takes from its torch call in shadow mode."""
+    """What each paired Flax call takes from its torch call in shadow mode: the inputs (all
+    of them where both sides take as many, else the main one) and the cotangents of the
+    outputs that correspond (``parity.pairing.corresponding_outputs``)."""
     out = {}
     for p in pairs:
         t, f = p.torch, p.flax
-        inputs = [_in_flax_layout(a, s.shape, channels_last) for a, s in zip(t.inputs, f.inputs)]
-        grads = [None if g is None else _in_flax_layout(g, s.shape, channels_last)
-                 for g, (_, s) in zip(t.output_grads, f.outputs)]
+        n = len(t.inputs) if len(t.inputs) == len(f.inputs) else min(1, len(f.inputs))
+        inputs = [_in_flax_layout(a, s.shape, channels_last)
+                  for a, s in zip(t.inputs[:n], f.inputs[:n])]
+        grads: list = [None] * len(f.outputs)
+        for i, j in corresponding_outputs(t.outputs, f.outputs, channels_last)[0]:
+            g = t.output_grads[i] if i < len(t.output_grads) else None
+            if g is not None:
+                grads[j] = _in_flax_layout(g, f.outputs[j][1].shape, channels_last)
         out[f.start] = record_flax.Shadow(inputs, grads)
     return out
 
 
-def _flax_loss_weights(drawn, f_trace: list[Call], channels_last) -> list:
-    """The loss's random weights in the Flax output's layout (zeros where the shapes do not
-    fit: the output row says why; none if the port does not run)."""
+def _flax_loss_weights(drawn, t_run, f_trace: list[Call], channels_last) -> list:
+    """The loss's random weights in the Flax output's layout, for the Flax model's
+    floating-point outputs that have a torch counterpart (zeros for the rest; none if the
+    port does not run)."""
     root = [c for c in f_trace if c.path == ""]
     if not root:
         return []
     shapes = [tuple(a.shape) for _, a in root[-1].outputs if jnp.issubdtype(a.dtype, jnp.floating)]
-    ws = [_in_flax_layout(w, s, channels_last) for w, s in zip(drawn, shapes)]
-    if len(ws) != len(shapes) or any(w is None for w in ws):
-        ws = [np.zeros(s, w.dtype) for s, w in zip(shapes, drawn)]
+    t_root = [c for c in t_run.calls if c.path == ""]
+    t_floats = [a for _, a in t_root[-1].outputs if is_float(a.dtype)] if t_root else []
+    t = [(str(i), a) for i, a in enumerate(t_floats)]
+    f = [(str(j), jax.ShapeDtypeStruct(s, np.float64)) for j, s in enumerate(shapes)]
+    ws = [np.zeros(s, drawn[0].dtype if drawn else np.float64) for s in shapes]
+    for i, j in corresponding_outputs(t, f, channels_last)[0]:
+        if i < len(drawn):
+            w = _in_flax_layout(drawn[i], shapes[j], channels_last)
+            if w is not None:
+                ws[j] = w
     return ws
 
 
@@ -290,6 +379,18 @@ class _Judge:
     def row(self, kind, t_name, f_path, t, j, order, ref=None, layout=True) -> LayerRow:
         cl = self.channels_last and layout
         moved = _in_flax_layout(t, j.shape, cl)
+        if moved is None and kind == "output":
+            # one side broadcasts where the other repeats (torch's position ids [1, L]
+            # against the port's [batch, L]): a difference of form; the values are compared
+            common = _broadcast_shape(t.shape, j.shape)
+            if common is not None:
+                row = self.row(kind, t_name, f_path, np.broadcast_to(t, common),
+                               np.broadcast_to(j, common), order,
+                               None if ref is None else np.broadcast_to(ref, common), layout)
+                row.shape = tuple(t.shape)
+                row.note = (f"torch's {tuple(t.shape)} and Flax's {tuple(j.shape)} compared "
+                            f"broadcast to {common}")
+                return row
         if moved is None:
             return LayerRow(kind, t_name, f_path, tuple(t.shape), math.inf, math.inf, 0.0,
                             False, f"shape {tuple(t.shape)} (torch) vs {tuple(j.shape)} (Flax)")
@@ -314,15 +415,15 @@ class _Judge:
                         detail="" if ok else diff.detail(tol))
 
 
-def _weight_rows(weights: WeightMap, dtype) -> tuple[list[LayerRow], set]:
-    """A row per mapped leaf: the Flax leaf against torch's tensor rounded to the leaf's
-    dtype (exact). Returns the rows and the (path, leaf) pairs that hold torch's value: the
-    run computes with torch's own value there."""
+def _weight_rows(weights: WeightMap, target, dtype) -> tuple[list[LayerRow], set]:
+    """A row per mapped leaf: the Flax leaf (of ``target``) against torch's tensor rounded to
+    the leaf's dtype (exact). Returns the rows and the (path, leaf) pairs that hold torch's
+    value: the run computes with torch's own value there."""
     rows, exact = [], set()
+    values = leaf_values(target)
     for pair in weights.pairs:
         for t_name, f_name in pair.tensors():
-            leaf = pair.flax.leaves[f_name]
-            have = to_numpy(leaf[1] if isinstance(leaf, tuple) else get_value(leaf))
+            have = to_numpy(values[(pair.flax.path, f_name)])
             full = to_numpy(pair.torch.tensors[t_name])
             want = pair.rule.convert(t_name, full, "flax").astype(have.dtype)
             path = f"{pair.flax.path}/{f_name}".lstrip("/")
@@ -360,21 +461,60 @@ def _marked(rows: list[LayerRow], pair: CallPair, gap) -> list[LayerRow]:
     return rows
 
 
-def _output_rows(concrete, judge: _Judge) -> list[LayerRow]:
-    rows = []
+def _output_rows(concrete, judge: _Judge, channels_last) -> tuple[list[LayerRow], list[str]]:
+    """A row per output leaf the two calls share (``corresponding_outputs``), and a line per
+    leaf only one side returns (not compared: a difference of form is no failure)."""
+    rows, one_sided = [], []
     for pair, f, ref in concrete:
         t = pair.torch
-        if len(t.outputs) != len(f.outputs):
-            rows += _marked([LayerRow("output", t.path, f.path, (), math.inf, math.inf, 0.0,
-                                      False, f"{len(t.outputs)} outputs (torch) vs "
-                                      f"{len(f.outputs)} (Flax)")], pair, pair.before)
-            continue
-        refs = ref.outputs if ref is not None else [None] * len(t.outputs)
-        rows += _marked([judge.row("output", t.path + leaf, f.path + leaf, a, b, 0,
-                                   None if r is None else r[1])
-                         for (leaf, a), (_, b), r in zip(t.outputs, f.outputs, refs)],
-                        pair, pair.before)
-    return rows
+        refs = ref.outputs if ref is not None and len(ref.outputs) == len(t.outputs) else None
+        shared, t_only, f_only = corresponding_outputs(t.outputs, f.outputs, channels_last)
+        t_main, f_main = _first_float(t.outputs), _first_float(f.outputs)
+        if not shared and t_main is not None and f_main is not None:
+            # nothing fits where both return arrays: a wrong shape, a numeric failure
+            shared = [(t_main, f_main)]
+            t_only, f_only = [i for i in t_only if i != t_main], [j for j in f_only if j != f_main]
+        n = len(t.inputs) if len(t.inputs) == len(f.inputs) else min(1, len(f.inputs))
+        own = [(k, a, b) for k, (a, b) in enumerate(zip(t.inputs[:n], f.own_inputs[:n]))
+               if _in_flax_layout(a, b.shape, channels_last) is not None]
+        # shadow mode: the port's own input, from torch's values one step before
+        rows += _marked([judge.row("input", t.path + (f"[{k}]" if n > 1 else ""),
+                                   f.path + (f"[{k}]" if n > 1 else ""), a, b, 0)
+                         for k, a, b in own], pair, pair.before)
+        rows += _marked([judge.row("output", t.path + t.outputs[i][0], f.path + f.outputs[j][0],
+                                   t.outputs[i][1], f.outputs[j][1], 0,
+                                   None if refs is None else refs[i][1])
+                         for i, j in shared], pair, pair.before)
+        for side, call, only in (("torch", t, t_only), ("Flax", f, f_only)):
+            for k in only:
+                leaf, a = call.outputs[k]
+                dtype = np.asarray(a).dtype
+                what = ("a floating-point array the other side does not return"
+                        if is_float(dtype) else "not an array" if dtype == object
+                        else "not a floating-point array")
+                shape = "" if dtype == object else f", {_shape_text(a)}"
+                one_sided.append(f"{call.path or '(model)'}{leaf} ({side}{shape}): {what}")
+    return rows, list(dict.fromkeys(one_sided))
+
+
+def _broadcast_shape(a: tuple, b: tuple) -> tuple | None:
+    """The shape one of ``a``, ``b`` broadcasts to the other's (same rank), or None."""
+    if len(a) != len(b):
+        return None
+    try:
+        common = tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return None
+    return common if common in (tuple(a), tuple(b)) else None
+
+
+def _first_float(outputs) -> int | None:
+    return next((i for i, (_, a) in enumerate(outputs) if is_float(np.asarray(a).dtype)), None)
+
+
+def _shape_text(a) -> str:
+    shape = tuple(np.shape(a))
+    return "x".join(map(str, shape)) if shape else "scalar"
 
 
 def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
@@ -387,12 +527,18 @@ def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
         t = pair.torch
         first_start[t.path] = min(first_start.get(t.path, t.start), t.start)
     by_torch = {p.torch.name: p for p in weights.pairs}
+    # a tied tensor that the port holds twice: torch's gradient is the sum of both uses
+    copies: dict[str, list] = {}
+    for p in weights.pairs:
+        for t_name, f_name in p.tensors():
+            if t_name in p.torch.ties:
+                copies.setdefault(p.torch.ties[t_name], []).append((p, t_name, f_name))
     rows, done = [], set()
     for pair, f, ref in sorted(concrete, key=lambda c: -c[0].torch.start):
         t, weight_pair = pair.torch, by_torch.get(pair.torch.path)
         at_call = []
         if weight_pair is not None and t.start == first_start[t.path]:
-            at_call += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge)
+            at_call += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge, copies)
             done.add(t.path)
         refs = ref.input_grads if ref is not None else [None] * len(t.input_grads)
         for i, (a, b, r) in enumerate(zip(t.input_grads, f.input_grads, refs)):
@@ -404,16 +550,20 @@ def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
         rows += _marked(at_call, pair, pair.after)
     for weight_pair in reversed(weights.pairs):
         if weight_pair.torch.name not in done:
-            rows += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge)
+            rows += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge, copies)
     return rows
 
 
-def _parameter_rows(pair, t_run, f_run, ref_run, judge: _Judge) -> list[LayerRow]:
+def _parameter_rows(pair, t_run, f_run, ref_run, judge: _Judge,
+                    copies: Mapping[str, list]) -> list[LayerRow]:
+    """A row per parameter of ``pair``; a tied tensor's (``copies``: full name -> the other
+    pairs that load it) compares torch's gradient with the sum of the Flax leaves' that
+    hold it."""
     rows = []
     for t_name, f_name in pair.tensors():
         full = pair.torch.full_name(t_name)
         if full not in t_run.grads:
-            continue  # a buffer
+            continue  # a buffer, or a tied name (compared under the first)
         f_path = f"{pair.flax.path}/{f_name}".lstrip("/")
         t = pair.rule.convert(t_name, t_run.grads[full], "flax")
         ref = (pair.rule.convert(t_name, ref_run.grads[full], "flax")
@@ -423,7 +573,13 @@ def _parameter_rows(pair, t_run, f_run, ref_run, judge: _Judge) -> list[LayerRow
             rows.append(LayerRow("gradient", full, f_path, tuple(t_run.grads[full].shape),
                                  math.inf, math.inf, 0.0, False, "no gradient on the Flax side"))
             continue
-        rows.append(judge.row("gradient", full, f_path, t, j, 1, ref, layout=False))
+        also = [(p, n, f"{p.flax.path}/{f}".lstrip("/")) for p, n, f in copies.get(full, [])]
+        for p, n, path in also:  # each copy's gradient, through torch's layout into this one's
+            if path in f_run.grads:
+                j = j + pair.rule.convert(t_name, p.rule.convert(n, f_run.grads[path], "torch"),
+                                          "flax")
+        rows.append(judge.row("gradient", full, " + ".join([f_path] + [a for *_, a in also]),
+                              t, j, 1, ref, layout=False))
         rows[-1].shape = tuple(t_run.grads[full].shape)
     return rows
 

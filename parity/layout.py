@@ -1,9 +1,12 @@
 """The bottom of the model side: each framework's layers and the layout rules between them.
 
 ``TorchLayer`` is a torch module's own tensors (``torch_layers`` reads them, in registration
-order), ``FlaxLayer`` a Flax module's own leaves (``flax_layers``: linen variables or an nnx
-model), and a ``LayoutRule`` says how one kind of torch layer's tensors become one Flax
-layer's leaves (the table is in ``parity.weights``). ``flax_layout`` is the array layout
+order, with the tensors it shares with an earlier module: ``TorchLayer.ties``),
+``FlaxLayer`` a Flax module's own leaves (``flax_layers``: linen variables or an nnx model),
+and a ``LayoutRule`` says how one kind of torch layer's tensors become one Flax layer's
+leaves (the table is in ``parity.weights``; ``register`` adds a rule for a type of one's
+own; a module of no known type holding a 2-d ``weight`` may pair with a Flax ``kernel`` as it
+is or transposed, ``inferred_rules``). ``flax_layout`` is the array layout
 rule: how an array of torch's becomes the Flax side's (channels-first moved last). Nothing
 here pairs layers or runs a model: ``parity.pairing`` and ``parity.record_torch`` /
 ``parity.record_flax`` build on it.
@@ -19,8 +22,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule", "TorchLayer", "flax_layers", "flax_layout",
-           "get_value", "is_nnx_module", "nnx_modules", "set_value", "torch_layers"]
+__all__ = ["INFERRED", "LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule", "TorchLayer",
+           "flax_layers", "flax_layout", "get_value", "inferred_rules", "is_nnx_module",
+           "nnx_modules", "register", "registered_rules", "set_value", "torch_layers",
+           "unregister"]
 
 
 # --------------------------------------------------------------------------- layout rules
@@ -93,12 +98,86 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
 )
 
 RAW = "raw"
+INFERRED = "inferred"  # the prefix of an inferred rule's kind
 
 
 def raw_rule(tensor_names) -> LayoutRule:
     """Raw parameters: each tensor is the Flax leaf of the same name, as it is (a module of
     no known type, such as ViT's embeddings with ``cls_token`` and ``position_embeddings``)."""
     return LayoutRule(RAW, (), {n: n for n in tensor_names}, {}, {}, (), ())
+
+
+_KERNEL_LEAVES = {"weight": "kernel", "bias": "bias"}
+_INFERRED_RULES = (
+    LayoutRule(f"{INFERRED}: kernel as it is", (), _KERNEL_LEAVES, {}, {}, (), (2,)),
+    LayoutRule(f"{INFERRED}: kernel transposed", (), _KERNEL_LEAVES, {"weight": np.transpose},
+               {"weight": np.transpose}, (), (2,)),
+)
+
+
+def inferred_rules(tensors: Mapping[str, Any]) -> list[LayoutRule]:
+    """The rules a module of no known type may follow besides ``raw_rule``: a 2-d ``weight``
+    (and a ``bias``) as a Flax ``kernel`` (and ``bias``), as it is or transposed (GPT-2's
+    ``Conv1D`` holds a Linear's weight as [in, out]). The shapes pick one; where both fit
+    (a square weight), ``parity.pairing`` decides from the layers of the same types that
+    fit one only, or refuses."""
+    w = tensors.get("weight")
+    if w is None or len(tuple(w.shape)) != 2 or not set(tensors) <= set(_KERNEL_LEAVES):
+        return []
+    return list(_INFERRED_RULES)
+
+
+_REGISTERED: list[LayoutRule] = []
+
+
+def registered_rules() -> tuple[LayoutRule, ...]:
+    """The rules added with ``register``, the latest first."""
+    return tuple(_REGISTERED)
+
+
+def register(torch_type: type, leaves: Mapping[str, str], *,
+             to_flax: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+             to_torch: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+             flax_types: tuple[str, ...] = (), kind: str | None = None) -> LayoutRule:
+    """Add a layout rule for the torch modules of ``torch_type`` (and its subclasses); it
+    goes before the built-in rules and the inferred ones::
+
+        parity.layout.register(Conv1D, {"weight": "kernel", "bias": "bias"},
+                               to_flax={"weight": np.transpose},
+                               to_torch={"weight": np.transpose})
+
+    ``leaves``: torch tensor name -> Flax leaf name; ``to_flax`` / ``to_torch``: by torch
+    tensor name, how an array becomes the other side's (as it is where not given; each
+    needs the other); ``flax_types``: the Flax class names the rule is for (any where
+    empty). Returns the rule."""
+    if not (isinstance(torch_type, type) and issubclass(torch_type, torch.nn.Module)):
+        raise TypeError(f"torch_type must be a torch.nn.Module subclass, got {torch_type!r}")
+    if not isinstance(leaves, Mapping) or not leaves or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in leaves.items()):
+        raise TypeError("leaves must be a non-empty {torch tensor name: Flax leaf name} "
+                        f"mapping of strings, got {leaves!r}")
+    to_flax, to_torch = dict(to_flax or {}), dict(to_torch or {})
+    for name, fns in (("to_flax", to_flax), ("to_torch", to_torch)):
+        stray = set(fns) - set(leaves)
+        if stray:
+            raise ValueError(f"{name}: {sorted(stray)} are not tensors of leaves "
+                             f"({sorted(leaves)})")
+        if not all(callable(f) for f in fns.values()):
+            raise TypeError(f"{name}: every value must be callable, got {fns!r}")
+    if set(to_flax) != set(to_torch):
+        raise ValueError("to_flax and to_torch must convert the same tensors (one undoes the "
+                         f"other), got {sorted(to_flax)} and {sorted(to_torch)}")
+    rule = LayoutRule(kind or f"registered: {torch_type.__name__}", (torch_type,), dict(leaves),
+                      to_flax, to_torch, tuple(flax_types), ())
+    _REGISTERED.insert(0, rule)
+    return rule
+
+
+def unregister(rule: LayoutRule) -> None:
+    """Remove a rule ``register`` returned."""
+    if not any(r is rule for r in _REGISTERED):
+        raise ValueError(f"unregister: {rule.kind!r} is not a registered rule")
+    _REGISTERED[:] = [r for r in _REGISTERED if r is not rule]
 
 
 # Buffers that exist on one side only.
@@ -115,6 +194,8 @@ class TorchLayer:
     name: str
     module: torch.nn.Module | None  # None when only a state dict was given
     tensors: dict[str, torch.Tensor]
+    # tensor name -> the full name of the same tensor in an earlier module (tied weights)
+    ties: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def type_name(self) -> str:
@@ -125,9 +206,15 @@ class TorchLayer:
         type (one holding ``nn.Parameter`` attributes of its own: a class token, position
         embeddings, a layer scale), ``raw_rule``: the same names and shapes."""
         if self.module is None:
-            return list(LAYOUT_RULES) + [raw_rule(self.tensors)]
-        known = [r for r in LAYOUT_RULES if isinstance(self.module, r.torch_types)]
-        return known or [raw_rule(self.tensors)]
+            return list(LAYOUT_RULES) + [raw_rule(self.tensors)] + inferred_rules(self.tensors)
+        known = [r for r in registered_rules() + LAYOUT_RULES
+                 if isinstance(self.module, r.torch_types)]
+        return known or [raw_rule(self.tensors)] + inferred_rules(self.tensors)
+
+    @property
+    def tied(self) -> bool:
+        """Whether every tensor of this layer is an earlier module's (a tied weight)."""
+        return bool(self.tensors) and set(self.ties) == set(self.tensors)
 
     def full_name(self, tensor: str) -> str:
         return f"{self.name}.{tensor}" if self.name else tensor
@@ -136,13 +223,16 @@ class TorchLayer:
 def torch_layers(source) -> list[TorchLayer]:
     """The layers of a torch module or state dict, in registration order."""
     if isinstance(source, torch.nn.Module):
-        modules, state = dict(source.named_modules()), source.state_dict(keep_vars=True)
+        # every name a shared module goes by (named_modules would say it once)
+        modules = dict(source.named_modules(remove_duplicate=False))
+        state = source.state_dict(keep_vars=True)
     elif isinstance(source, Mapping):
         modules, state = {}, source
     else:
         raise TypeError("the torch side must be a torch.nn.Module or a state dict, got "
                         f"{type(source).__name__}")
     layers: dict[str, TorchLayer] = {}
+    first: dict[tuple, str] = {}  # storage key -> the first full name it goes by
     for full, tensor in state.items():
         prefix, _, name = full.rpartition(".")
         if name in _SKIPPED_TORCH:
@@ -150,7 +240,25 @@ def torch_layers(source) -> list[TorchLayer]:
         if prefix not in layers:
             layers[prefix] = TorchLayer(prefix, modules.get(prefix), {})
         layers[prefix].tensors[name] = tensor
+        key = _storage_key(tensor)
+        if key is not None:
+            if key in first:
+                layers[prefix].ties[name] = first[key]
+            else:
+                first[key] = full
     return list(layers.values())
+
+
+def _storage_key(t) -> tuple | None:
+    """What makes two tensors one (the same memory, viewed the same way), or None for a
+    tensor without memory of its own to compare (a meta tensor, an empty one)."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() == 0:
+        return None
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # pragma: no cover - a tensor subclass
+        return None
+    return (t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 @dataclasses.dataclass

@@ -13,14 +13,16 @@ from .results import ParityError, fmt
 __all__ = ["KINDS", "LayerRow", "ModelReport"]
 
 # row kind -> how the table shows it
-KINDS = {"weight": "weight", "output": "out", "gradient": "grad", "input gradient": "in-grad"}
+KINDS = {"weight": "weight", "input": "in", "output": "out", "gradient": "grad",
+         "input gradient": "in-grad"}
 BY_POSITION = "*"  # marks a row whose calls were paired by position
 
 
 @dataclasses.dataclass
 class LayerRow:
     """One compared array: a Flax leaf against torch's tensor (``kind="weight"``), a layer's
-    output (``"output"``), a parameter's gradient (``"gradient"``) or the gradient at a
+    input as the port computed it in shadow mode, what the code between two layers (an
+    attention block's own arithmetic) gives (``"input"``), a layer's output (``"output"``), a parameter's gradient (``"gradient"``) or the gradient at a
     layer's input, what its backward returns (``"input gradient"``; the model's own row is
     the gradient with respect to the input).
 
@@ -80,6 +82,9 @@ class ModelReport:
     mode: str = "chained"
     reference: str = "torch"
     alignment: str = ""  # what was paired, by which signal, and what was left (printable)
+    # output leaves of paired calls that one side returns alone: "<call><leaf> (side,
+    # shape): why" (not compared)
+    one_sided: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +103,8 @@ class ModelReport:
                 "reference": self.reference,
                 "first_divergence": None if first is None else first.to_dict(),
                 "rows": [r.to_dict() for r in self.rows],
-                "unpaired_torch": self.unpaired_torch, "unpaired_flax": self.unpaired_flax}
+                "unpaired_torch": self.unpaired_torch, "unpaired_flax": self.unpaired_flax,
+                "one_sided": self.one_sided}
 
     def _title(self) -> str:
         mode = "train" if self.train else "eval"
@@ -149,7 +155,8 @@ class ModelReport:
 
     def _counts(self) -> str:
         n = {k: sum(r.kind == k for r in self.rows) for k in KINDS}
-        parts = [f"{n['weight']} weights", f"{n['output']} layer outputs",
+        parts = [f"{n['weight']} weights", f"{n['input']} layer inputs",
+                 f"{n['output']} layer outputs",
                  f"{n['gradient']} gradients", f"{n['input gradient']} input gradients"]
         return ", ".join(p for p in parts if not p.startswith("0 "))
 
@@ -201,6 +208,9 @@ class ModelReport:
             if names:
                 say(f"not compared, no counterpart found ({side}, {len(names)}): "
                     + ", ".join(n or "(model)" for n in names))
+        if self.one_sided:
+            say(f"not compared, returned by one side only ({len(self.one_sided)}): "
+                + "; ".join(self.one_sided))
         say(self.summary())
         return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 

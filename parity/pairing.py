@@ -30,7 +30,17 @@ themselves. What is left is paired by position only where that is the only readi
 side holding exactly one call left in the gap, of kinds that may stand for one another (two
 pools: an adaptive pool ported as a fixed one), with the same input and output shapes.
 Weights never pair by position: a wrong positional pair costs one misleading row, a wrong
-weight pair a silently wrong load.
+weight pair a silently wrong load. Shapes fit when the main input and the main output (the
+first floating-point array of each) do, so that a block returning (output, weights) on one
+side pairs with one returning its output alone; ``corresponding_outputs`` says which output
+leaves are then compared. A module applied unbound inside a linen model (a tied head's
+``Dense.apply``) is recorded under its own label, never as the model.
+
+Tied torch weights (one tensor under several names, ``TorchLayer.ties``) pair once, under
+their first name; a tied layer pairs on its own only with a Flax layer left over (a port
+that holds its own copy). A module of no known type with a 2-d ``weight`` may follow
+``parity.layout.inferred_rules`` (as it is, transposed): the shapes decide, a square weight
+follows the layers of the same types, or the load refuses (``_settle_transforms``).
 
 This module sits above the layer types and layout rules (``parity.layout``) and the calls
 (``parity.calls``), and below the public ``load_torch_weights`` / ``to_torch_weights``
@@ -47,10 +57,11 @@ from typing import Any
 import numpy as np
 
 from .calls import Call, Run
-from .layout import (LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer, flax_layers,
-                     flax_layout, torch_layers)
+from .layout import (INFERRED, LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer,
+                     flax_layers, flax_layout, registered_rules, torch_layers)
 
-__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "format_alignment", "kind",
+__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "corresponding_outputs",
+           "format_alignment", "kind",
            "match_weights", "name_keys", "name_tokens", "pair_calls"]
 
 
@@ -95,8 +106,14 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     fixed[""] = ""  # the models themselves
     fixed_flax = set(fixed.values())
     queues: dict[str, list[Call]] = {}  # per fixed Flax path, its calls not yet paired
+    # The model is the call that begins first; a module applied unbound inside it (a tied
+    # head's ``Dense.apply``) has an empty path too, and is no model.
+    root = min((c.start for c in f_calls if c.path == ""), default=None)
+    def pinned(c: Call) -> bool:  # a Flax call that pairs by its path
+        return c.path in fixed_flax and (c.path != "" or c.start == root)
+
     for c in f_calls:
-        if c.path in fixed_flax:
+        if pinned(c):
             queues.setdefault(c.path, []).append(c)
     pairs: list[tuple[Call, Call]] = []
     for c in t_calls:
@@ -108,16 +125,17 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     for gap in _gaps(t_calls, f_calls, pairs):
         if gap is not None:
             aligned += _align([c for c in gap[0] if c.path not in fixed],
-                              [c for c in gap[1] if c.path not in fixed_flax], channels_last)
+                              [c for c in gap[1] if not pinned(c)], channels_last)
     pairs += aligned
-    blocks = _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last)
+    blocks = _named_leftovers(t_calls, f_calls, pairs, lambda c: c.path in fixed, pinned,
+                              channels_last)
     pairs += blocks
     by_position = []
     for gap in _gaps(t_calls, f_calls, pairs):
         if gap is None or not len(gap[0]) == len(gap[1]) == 1:
             continue
         t, f = gap[0][0], gap[1][0]
-        if (t.path not in fixed and f.path not in fixed_flax and _family(t) == _family(f)
+        if (t.path not in fixed and not pinned(f) and _family(t) == _family(f)
                 and _shapes_fit(t, f, channels_last)):
             by_position.append((t, f))
     t_at = {id(c): i for i, c in enumerate(t_calls)}
@@ -147,7 +165,7 @@ def pair_calls(t_calls: list[Call], f_calls: list[Call], weights: WeightMap,
     return out, unpaired_torch, list(dict.fromkeys(c.path for c in left))
 
 
-def _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last):
+def _named_leftovers(t_calls, f_calls, pairs, t_pinned, f_pinned, channels_last):
     """Calls still unpaired that enclose pairs (blocks and containers: a residual block, a
     ``Sequential``), left out of the gaps: the two sequences of them aligned (by kind or
     name, with the shapes fitting), so that their outputs are compared too."""
@@ -155,10 +173,10 @@ def _named_leftovers(t_calls, f_calls, pairs, fixed, fixed_flax, channels_last):
 
     def enclosers(calls, skip):
         at_paired = [(i, c.start) for i, c in enumerate(calls) if id(c) in paired]
-        return [c for i, c in enumerate(calls) if id(c) not in paired and c.path not in skip
+        return [c for i, c in enumerate(calls) if id(c) not in paired and not skip(c)
                 and any(j < i and start > c.start for j, start in at_paired)]
 
-    return _align(enclosers(t_calls, fixed), enclosers(f_calls, fixed_flax), channels_last)
+    return _align(enclosers(t_calls, t_pinned), enclosers(f_calls, f_pinned), channels_last)
 
 
 def format_alignment(weights: WeightMap, pairs: list[CallPair], unpaired_torch: list[str],
@@ -251,13 +269,53 @@ def _gaps(t_calls: list[Call], f_calls: list[Call], pairs: list[tuple[Call, Call
     return gaps
 
 
+def _is_float_array(a) -> bool:
+    return np.issubdtype(np.dtype(a.dtype), np.floating)
+
+
 def _shapes_fit(t: Call, f: Call, channels_last: bool) -> bool:
-    """Whether the two calls take and return arrays of the same shapes (each side's layout)."""
-    t_shapes = [a.shape for a in t.inputs] + [a.shape for _, a in t.outputs]
-    f_shapes = [a.shape for a in f.inputs] + [a.shape for _, a in f.outputs]
-    return (len(t.inputs) == len(f.inputs) and len(t.outputs) == len(f.outputs)
-            and all(flax_layout(a, b, channels_last) is not None
-                    for a, b in zip(t_shapes, f_shapes)))
+    """Whether the two calls take and return arrays of the same shapes (each side's layout):
+    their main input and main output (the first floating-point array of each; both absent
+    counts), so that an attention block returning (output, weights) on one side and its
+    output alone on the other, or a mask passed as an array on one side only, still fit."""
+    def main(arrays):
+        return next((tuple(a.shape) for a in arrays if _is_float_array(a)), None)
+
+    t_in, f_in = main(t.inputs), main(f.inputs)
+    t_out, f_out = main([a for _, a in t.outputs]), main([a for _, a in f.outputs])
+    if (t_in is None) != (f_in is None) or (t_out is None) != (f_out is None):
+        return False
+    return all(a is None or flax_layout(a, b, channels_last) is not None
+               for a, b in ((t_in, f_in), (t_out, f_out)))
+
+
+def corresponding_outputs(t_outputs: list, f_outputs: list, channels_last: bool
+                          ) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """Which output leaves of two paired calls are compared: ((torch index, Flax index), ...)
+    and the indices each side returns alone. Floating-point leaves pair in order, each
+    torch leaf with the next Flax leaf whose shape fits (BEiT's embeddings return
+    (embeddings, (height, width)) in torch and the embeddings alone in Flax); other leaves
+    (integers, Python numbers) pair only where both sides return the same number of leaves,
+    at the same place and of the same shape."""
+    t_float = [i for i, (_, a) in enumerate(t_outputs) if _is_float_array(a)]
+    f_float = [j for j, (_, a) in enumerate(f_outputs) if _is_float_array(a)]
+    pairs, k = [], 0
+    for i in t_float:
+        for n in range(k, len(f_float)):
+            j = f_float[n]
+            if flax_layout(t_outputs[i][1].shape, f_outputs[j][1].shape,
+                           channels_last) is not None:
+                pairs.append((i, j))
+                k = n + 1
+                break
+    if len(t_outputs) == len(f_outputs):
+        pairs += [(i, i) for i, ((_, a), (_, b)) in enumerate(zip(t_outputs, f_outputs))
+                  if not _is_float_array(a) and not _is_float_array(b)
+                  and tuple(np.shape(a)) == tuple(np.shape(b))]
+    pairs.sort()
+    t_done, f_done = {i for i, _ in pairs}, {j for _, j in pairs}
+    return (pairs, [i for i in range(len(t_outputs)) if i not in t_done],
+            [j for j in range(len(f_outputs)) if j not in f_done])
 
 
 # --------------------------------------------------------------------------- weights
@@ -271,6 +329,7 @@ class Pair:
     flax: FlaxLayer
     rule: LayoutRule
     signal: str = ""  # what paired them: "name_map", "name", "only fit" or "order"
+    evidence: str = ""  # what picked an inferred rule's transform (the shapes, other layers)
 
     def tensors(self):
         """(torch tensor name, Flax leaf name) for each tensor of the pair."""
@@ -279,16 +338,24 @@ class Pair:
 
 @dataclasses.dataclass
 class WeightMap:
-    """Which torch layer fills which Flax layer (``pairs``, in torch's order)."""
+    """Which torch layer fills which Flax layer (``pairs``, in torch's order), and the torch
+    tensors that are another's (``ties``: full name -> the full name loaded, compared and
+    written back in its place; a tied tensor that the Flax side holds apart pairs as any
+    other)."""
 
     pairs: list[Pair]
+    ties: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
-        """The pairing, a line a pair: torch layer, Flax layer, layout rule, and the signal
-        that paired them."""
-        return "\n".join(f"{p.torch.name or '(root)'} ({p.torch.type_name}) -> "
-                         f"{p.flax.path or '(root)'} [{p.rule.kind}, by {p.signal}]"
-                         for p in self.pairs)
+        """The pairing, a line a pair: torch layer, Flax layer, layout rule (and what picked
+        an inferred rule's transform), and the signal that paired them; then the ties."""
+        lines = [f"{p.torch.name or '(root)'} ({p.torch.type_name}) -> "
+                 f"{p.flax.path or '(root)'} [{p.rule.kind}"
+                 + (f" ({p.evidence})" if p.evidence else "") + f", by {p.signal}]"
+                 for p in self.pairs]
+        lines += [f"{alias}: tied, the same tensor as {canonical} (loaded and compared once)"
+                  for alias, canonical in self.ties.items()]
+        return "\n".join(lines)
 
 
 def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
@@ -306,28 +373,28 @@ def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | N
     return diffs
 
 
-_FLAX_TYPES = {name for r in LAYOUT_RULES for name in r.flax_types}
-
-
 def _flax_type(f: FlaxLayer) -> str | None:
     """The Flax layer's class name where it is known: an nnx module's, or the one in a
     linen auto-name ("BatchNorm_0"); None for names a user gave."""
     if f.module is not None:
         return None  # _fits reads the class itself
+    known = {name for r in registered_rules() + LAYOUT_RULES for name in r.flax_types}
     m = re.fullmatch(r"([A-Z][A-Za-z]*)_\d+", f.path.rpartition("/")[2])
-    return m.group(1) if m and m.group(1) in _FLAX_TYPES else None
+    return m.group(1) if m and m.group(1) in known else None
 
 
 def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
     if rule.kind == RAW:
         return _shape_diffs(rule, t, f) == []
-    if f.module is not None and not any(c.__name__ in rule.flax_types
-                                        for c in type(f.module).__mro__):
-        return False
-    named = _flax_type(f)
-    if named is not None and named not in rule.flax_types:
-        return False
-    if "weight" in t.tensors and t.tensors["weight"].ndim not in rule.weight_ndims:
+    if rule.flax_types:
+        if f.module is not None and not any(c.__name__ in rule.flax_types
+                                            for c in type(f.module).__mro__):
+            return False
+        named = _flax_type(f)
+        if named is not None and named not in rule.flax_types:
+            return False
+    if ("weight" in t.tensors and rule.weight_ndims
+            and t.tensors["weight"].ndim not in rule.weight_ndims):
         return False
     if rule.kind.startswith("conv_transpose") and f.module is not None:
         flipped = not getattr(f.module, "transpose_kernel", False)
@@ -394,8 +461,11 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
     nnx model; ``order`` is the order the Flax model calls its modules (module paths), or
     None when unknown (see the module docstring). Raises ValueError listing everything
     left over, or every pairing left open."""
-    t_layers, f_layers = torch_layers(source), flax_layers(target, order)
-    explicit = _explicit(name_map, source, t_layers, f_layers, order)
+    all_t, f_layers = torch_layers(source), flax_layers(target, order)
+    explicit = _explicit(name_map, source, all_t, f_layers, order)
+    # A tied layer (its tensors an earlier module's) needs no Flax layer of its own.
+    tied = [t for t in all_t if t.tied and t.name not in explicit]
+    t_layers = [t for t in all_t if all(t is not u for u in tied)]
     pairs = [Pair(t, explicit[t.name], r, "name_map") for t in t_layers if t.name in explicit
              and (r := _rule(t, explicit[t.name])) is not None]
     unmatched = [t for t in t_layers if t.name in explicit and all(p.torch is not t for p in pairs)]
@@ -420,11 +490,77 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
         unmatched += no_fit
     used = {id(p.flax) for p in pairs}
     unset = [f for f in f_layers if id(f) not in used]
+    if tied and unset:  # a port that keeps its own copy of a tied weight: by name, or the one fit
+        copies = _name_pairs(tied, unset)
+        rest = [t for t in tied if all(p.torch is not t for p in copies)]
+        copies += _forced_pairs(rest, [f for f in unset if all(p.flax is not f for p in copies)])[0]
+        pairs += copies
+        unset = [f for f in unset if all(p.flax is not f for p in copies)]
     if unmatched or unset:
         raise ValueError(_mismatch_message(unmatched, unset, _shape_notes(unmatched, unset,
                                                                           explicit)))
+    _settle_transforms(pairs)
+    paired = {id(p.torch) for p in pairs}
+    ties = {t.full_name(n): canonical for t in all_t if id(t) not in paired
+            for n, canonical in t.ties.items()}
     by_torch = {id(p.torch): p for p in pairs}
-    return WeightMap([by_torch[id(t)] for t in t_layers])
+    return WeightMap([by_torch[id(t)] for t in all_t if id(t) in by_torch], ties)
+
+
+def _rule_key(p: Pair) -> tuple:
+    """Pairs whose layers are of the same types (the Flax type where it is known, and the
+    leaves' names): one type's weights have one layout."""
+    f_type = type(p.flax.module).__name__ if p.flax.module is not None else _flax_type(p.flax)
+    return (p.torch.type_name, f_type, tuple(sorted(p.flax.leaves)))
+
+
+def _settle_transforms(pairs: list[Pair]) -> None:
+    """Give each pair on an inferred rule (``parity.layout.inferred_rules``) the one transform
+    its shapes allow; where both fit (a square weight), the one every other pair of the
+    same types was given by its shapes. Raises ValueError listing the pairs still open."""
+    inferred = {id(p): [r for r in p.torch.rules() if r.kind.startswith(INFERRED)
+                        and _fits(r, p.torch, p.flax)]
+                for p in pairs if p.rule.kind.startswith(INFERRED)}
+    by_shape: dict[tuple, dict[str, int]] = {}
+    for p in pairs:
+        fitting = inferred.get(id(p), [])
+        if len(fitting) == 1:
+            p.rule, p.evidence = fitting[0], "shapes"
+            kinds = by_shape.setdefault(_rule_key(p), {})
+            kinds[fitting[0].kind] = kinds.get(fitting[0].kind, 0) + 1
+    open_ = []
+    for p in pairs:
+        fitting = inferred.get(id(p), [])
+        if len(fitting) < 2:
+            continue
+        kinds = by_shape.get(_rule_key(p), {})
+        if len(kinds) == 1:
+            (kind_, n), = kinds.items()
+            p.rule = next(r for r in fitting if r.kind == kind_)
+            p.evidence = f"as the {n} other {p.torch.type_name} layers' shapes say"
+        else:
+            open_.append((p, fitting, kinds))
+    if open_:
+        raise ValueError(_transform_message(open_))
+
+
+def _transform_message(open_) -> str:
+    lines = ["the layout of these torch layers' weights cannot be told: their type has no "
+             "layout rule, a square weight fits the Flax kernel both as it is and "
+             "transposed, and the other layers of the same types do not settle it:"]
+    for p, fitting, kinds in open_:
+        seen = ("" if not kinds else "; the others of its types fit "
+                + " and ".join(f"{k.split(': ')[1]} ({n})" for k, n in kinds.items()))
+        lines.append(f"  {p.torch.name or '(root)'} ({p.torch.type_name}) -> "
+                     f"{p.flax.path or '(root)'}: "
+                     + ", ".join(r.kind.split(": ")[1] for r in fitting) + seen)
+    types_ = ", ".join(dict.fromkeys(p.torch.type_name for p, _, _ in open_))
+    lines.append(f"Register the layout of the type ({types_}) with parity.layout.register: "
+                 f"register(<type>, {{\"weight\": \"kernel\", \"bias\": \"bias\"}}, "
+                 "to_flax={\"weight\": np.transpose}, to_torch={\"weight\": np.transpose}) "
+                 "for a kernel that is the weight transposed, or without to_flax and "
+                 "to_torch for one that is the weight as it is.")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- names

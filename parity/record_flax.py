@@ -40,8 +40,19 @@ class Program:
     the leaves of a parameter gradient ("Conv_0/kernel")."""
 
     params: Any
-    apply: Callable[[Any, Any, Hook], Any]
+    apply: Callable[..., Any]  # (params, x, hook, rest=None): rest, the other collections
     names: Callable[[Any], dict]
+    rest: Any = None  # the other variables (linen: the collections besides params)
+
+    def with_variables(self, variables) -> "Program":
+        """The same program on other values of the same structure (linen variables, or an
+        nnx model like the one it was made of)."""
+        if is_nnx_module(variables):
+            return dataclasses.replace(self, params=[get_value(v) for _, v in
+                                                     _nnx_params(variables)],
+                                       rest=[get_value(v) for _, v in _nnx_stats(variables)])
+        return dataclasses.replace(self, params=variables["params"],
+                                   rest={k: v for k, v in variables.items() if k != "params"})
 
 
 def program(model, variables=None, kwargs: Mapping[str, Any] | None = None,
@@ -58,7 +69,7 @@ def program(model, variables=None, kwargs: Mapping[str, Any] | None = None,
     rest = {k: v for k, v in variables.items() if k != "params"}
     mutable: Any = True if train is None else (["batch_stats"] if train else False)
 
-    def apply(params, x, hook):
+    def apply(params, x, hook, others=None):
         def interceptor(next_fun, args, kw, context):
             if context.method_name != "__call__":
                 return next_fun(*args, **kw)
@@ -66,14 +77,15 @@ def program(model, variables=None, kwargs: Mapping[str, Any] | None = None,
                         next_fun, args, kw)
 
         with nn.intercept_methods(interceptor):
-            out = model.apply({**rest, "params": params}, x, mutable=mutable, **kwargs)
+            out = model.apply({**(rest if others is None else others), "params": params}, x,
+                              mutable=mutable, **kwargs)
         return out[0] if mutable else out
 
     def names(g):
         flat, _ = jax.tree_util.tree_flatten_with_path(g)
         return {"/".join(str(k.key) for k in path): a for path, a in flat}
 
-    return Program(params, apply, names)
+    return Program(params, apply, names, rest)
 
 
 def _nnx_params(model) -> list[tuple[str, Any]]:
@@ -82,6 +94,14 @@ def _nnx_params(model) -> list[tuple[str, Any]]:
 
     return [(f"{p}/{k}".lstrip("/"), v) for p, m in nnx_modules(model)
             for k, v in vars(m).items() if isinstance(v, nnx.Param)]
+
+
+def _nnx_stats(model) -> list[tuple[str, Any]]:
+    """("module/path/leaf", nnx.BatchStat) in attribute order."""
+    from flax import nnx
+
+    return [(f"{p}/{k}".lstrip("/"), v) for p, m in nnx_modules(model)
+            for k, v in vars(m).items() if isinstance(v, nnx.BatchStat)]
 
 
 def _fresh_merge(graphdef, state):
@@ -101,15 +121,18 @@ def _nnx_program(model, train):
     graphdef, state = nnx.split(model)
     param_names = [n for n, _ in _nnx_params(model)]
 
-    def apply(values, x, hook):
+    def apply(values, x, hook, others=None):
         m = _fresh_merge(graphdef, state)
         for (_, var), value in zip(_nnx_params(m), values):
+            set_value(var, value)
+        for (_, var), value in zip(_nnx_stats(m), others or []):
             set_value(var, value)
         with _nnx_hook(m, hook):
             return m(x)
 
     return Program([get_value(v) for _, v in _nnx_params(model)], apply,
-                   lambda g: dict(zip(param_names, g)))
+                   lambda g: dict(zip(param_names, g)),
+                   [get_value(v) for _, v in _nnx_stats(model)])
 
 
 @contextlib.contextmanager
@@ -201,9 +224,12 @@ def _hook(calls: list[Call], probes: list | None, shadow: Mapping[int, Shadow] |
     def hook(path, type_name, call, args, kwargs):
         k = counter[0]
         counter[0] += 1
+        if path == "" and k > 0:  # a module applied unbound inside the model (a tied head)
+            path = f"({type_name}, applied unbound)"
         sub = (shadow or {}).get(k)
         args = list(args)
         where = [i for i, a in enumerate(args) if _is_float(a)]
+        own = [args[i] for i in where]  # what the port computed, before shadow replaces it
         for j, i in enumerate(where):
             a = args[i]
             if sub is not None and j < len(sub.inputs) and _fits(a, sub.inputs[j]):
@@ -212,6 +238,7 @@ def _hook(calls: list[Call], probes: list | None, shadow: Mapping[int, Shadow] |
                 a = a + probes[k][j]
             args[i] = a
         record = Call(path, type_name, k, [args[i] for i in where])
+        record.own_inputs = own if sub is not None else []
         out = call(*args, **kwargs)
         if sub is not None and sub.output_grads:
             leaves, tree = jax.tree_util.tree_flatten(out)
@@ -238,8 +265,10 @@ def trace(prog: Program, x) -> tuple[list[Call], str | None]:
     run, and the error if it raised (the calls then stop there)."""
     calls: list[Call] = []
     try:
-        jax.eval_shape(lambda p, x: prog.apply(p, x, _hook(calls, None, None, True)),
-                       prog.params, x)
+        # the other collections go in as arguments too: an abstract target's
+        # (ShapeDtypeStruct leaves, from jax.eval_shape) need no values
+        jax.eval_shape(lambda p, r, x: prog.apply(p, x, _hook(calls, None, None, True), r),
+                       prog.params, prog.rest, x)
     except Exception as e:  # noqa: BLE001 - a port that fails to run: its calls up to there
         return calls, short_exc(e)
     return calls, None
@@ -253,6 +282,15 @@ def call_order(model, variables, x, kwargs: Mapping[str, Any] | None = None) -> 
     if error is not None:
         # The variables' own order is no substitute (jit and tree_map sort them): say why.
         given = ", ".join(sorted(kwargs or {})) or "none"
+        if any(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree_util.tree_leaves(variables)):
+            raise ValueError(
+                f"running the Flax model on x (shape {tuple(np.shape(x))}) to record the order "
+                f"it calls its modules raised {error}. The target holds shapes only "
+                "(ShapeDtypeStruct leaves, from jax.eval_shape), which is enough for a model "
+                "that does not read its variables' values while it runs; for one that does, "
+                "pass arrays (jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), "
+                "shapes)), or check flax_kwargs (given: " + given + ") and x's layout and "
+                "dtype")
         raise ValueError(
             f"running the Flax model on x (shape {tuple(np.shape(x))}, dtype "
             f"{np.asarray(x).dtype if not hasattr(x, 'dtype') else x.dtype}) to record the "
@@ -289,11 +327,11 @@ def run(prog: Program, x, loss_weights: list, calls: list[Call], *, gradients: b
 
     def forward(params, x, probes):
         recorded: list[Call] = []
-        y = prog.apply(params, x, _hook(recorded, probes, shadow, False))
+        y = prog.apply(params, x, _hook(recorded, probes, shadow, False), prog.rest)
         meta[:] = [Call(c.path, c.type_name, c.start) for c in recorded]
         ys = [a for _, a in output_leaves(y) if _is_float(a)]
         loss = sum(jnp.sum(jnp.asarray(w) * a) for w, a in zip(loss_weights, ys))
-        return loss, [(c.inputs, c.outputs) for c in recorded]
+        return loss, [(c.inputs, c.outputs, c.own_inputs) for c in recorded]
 
     try:
         if gradients:
@@ -308,16 +346,18 @@ def run(prog: Program, x, loss_weights: list, calls: list[Call], *, gradients: b
         error = short_exc(e)
     recorded: list[Call] = []
     try:
-        prog.apply(prog.params, x, _hook(recorded, None, shadow, False))
+        prog.apply(prog.params, x, _hook(recorded, None, shadow, False), prog.rest)
     except Exception:  # noqa: BLE001 - the same failure, now with concrete calls
         pass
-    return Run(_calls(recorded, [(c.inputs, c.outputs) for c in recorded], None), {}, error)
+    return Run(_calls(recorded, [(c.inputs, c.outputs, c.own_inputs) for c in recorded],
+                      None), {}, error)
 
 
 def _calls(meta: list[Call], values, g_probes) -> list[Call]:
     out = []
-    for c, (inputs, outputs) in zip(meta, values):
+    for c, (inputs, outputs, own) in zip(meta, values):
         grads = g_probes[c.start] if g_probes is not None and c.start < len(g_probes) else []
         out.append(Call(c.path, c.type_name, c.start, [to_numpy(a) for a in inputs],
-                        _leaf_arrays(outputs), [to_numpy(g) for g in grads]))
+                        _leaf_arrays(outputs), [to_numpy(g) for g in grads],
+                        own_inputs=[to_numpy(a) for a in own]))
     return out

@@ -11,12 +11,12 @@ the recorded inputs it is given, and receives the recorded output cotangents.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .convert import output_leaves, to_numpy, to_torch
+from .convert import map_arrays, output_leaves, to_numpy, to_torch
 from .calls import Call, Run
 
 __all__ = ["run"]
@@ -48,11 +48,34 @@ def _float(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
+def _leaf_value(a) -> np.ndarray:
+    """An output leaf as an array: a tensor's or a number's values; anything else (a key-value
+    cache object) as an empty object array, recorded but never compared."""
+    if isinstance(a, (torch.Tensor, np.ndarray, np.generic, int, float, bool)):
+        return to_numpy(a)
+    return np.array(None, dtype=object)
+
+
+def _map_tensors(out, fn):
+    """``out`` with ``fn(tensor)`` in place of each tensor in it, through tuples, lists and
+    named tuples (what modules return; other containers are left as they are)."""
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    if isinstance(out, (tuple, list)) and type(out) in (tuple, list):
+        return type(out)(_map_tensors(o, fn) for o in out)
+    if isinstance(out, tuple) and hasattr(type(out), "_fields"):
+        return type(out)(*(_map_tensors(o, fn) for o in out))
+    return out
+
+
 def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], list], *,
-        gradients: bool, shadow: Mapping[int, Call] | None = None) -> Run:
-    """Run ``model`` on ``x`` and, with ``gradients``, backpropagate ``sum(w * output)``
-    (``loss_weights(outputs)`` draws the ``w``). ``shadow``: by call start, the recorded
-    call whose inputs (and output cotangents) a call takes instead of its own."""
+        gradients: bool, shadow: Mapping[int, Call] | None = None,
+        kwargs: Mapping[str, Any] | None = None) -> Run:
+    """Run ``model`` on ``x`` (and ``kwargs``: arrays become tensors, as they are) and, with
+    ``gradients``, backpropagate ``sum(w * output)`` (``loss_weights(outputs)`` draws the
+    ``w``: one per floating-point output leaf). ``shadow``: by call start, the recorded call
+    whose inputs (and output cotangents) a call takes instead of its own. Each call's
+    ``output_grads`` is parallel to its output leaves (None where not differentiated)."""
     calls: list[Call] = []
     starts: dict[int, Call] = {}  # by id of the module's current call frame
     probes: dict[int, tuple[list, list]] = {}
@@ -88,16 +111,32 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
         call = stack.pop()
         sub = (shadow or {}).get(call.start)
         leaves = output_leaves(out)
-        call.outputs = [(p[len("output"):], to_numpy(a)) for p, a in leaves]
+        call.outputs = [(p[len("output"):], _leaf_value(a)) for p, a in leaves]
         calls.append(call)
-        if not gradients or not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        if not gradients:
             return None
-        if sub is not None and sub.output_grads and sub.output_grads[0] is not None \
-                and tuple(sub.output_grads[0].shape) == tuple(out.shape):
-            out = _ReplaceCotangent.apply(out, to_torch(sub.output_grads[0]).to(out.dtype))
-        p = torch.zeros_like(out, requires_grad=True)
-        probes[call.start][1].append(p)
-        return out + p
+        # a probe per floating-point tensor that a tuple (or a tensor alone) holds, in the
+        # order of the output leaves; None for the leaves of other kinds
+        kinds = [_float(a) for _, a in leaves]
+        outs = probes[call.start][1]
+        given = list(sub.output_grads) if sub is not None else []
+        seen = [0]
+
+        def probe(t):
+            j = next((i for i in range(seen[0], len(kinds)) if leaves[i][1] is t), None)
+            if j is None or not kinds[j]:
+                return t
+            seen[0] = j + 1
+            g = given[j] if j < len(given) else None
+            if g is not None and tuple(g.shape) == tuple(t.shape):
+                t = _ReplaceCotangent.apply(t, to_torch(g).to(t.dtype))
+            p = torch.zeros_like(t, requires_grad=True)
+            outs.extend([None] * (j - len(outs)))
+            outs.append(p)
+            return t + p
+
+        new = _map_tensors(out, probe)
+        return None if new is out else new
 
     handles = []
     for m in model.modules():
@@ -106,7 +145,7 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
     error = None
     try:
         with torch.set_grad_enabled(gradients):
-            y = model(to_torch(x))
+            y = model(to_torch(x), **map_arrays(to_torch, dict(kwargs or {})))
             if gradients:
                 ys = [a for _, a in output_leaves(y) if _float(a)]
                 loss = sum((to_torch(w) * a).sum() for w, a in zip(loss_weights(ys), ys))
@@ -119,6 +158,7 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
     for call in calls:
         ins, outs = probes.get(call.start, ([], []))
         call.input_grads = [None if p.grad is None else to_numpy(p.grad) for p in ins]
-        call.output_grads = [None if p.grad is None else to_numpy(p.grad) for p in outs]
+        call.output_grads = [None if p is None or p.grad is None else to_numpy(p.grad)
+                             for p in outs]
     grads = {n: to_numpy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
     return Run(calls, grads, error)

@@ -34,7 +34,16 @@ running_mean, running_var``            (batch_stats); ``num_batches_tracked`` ha
 LayerNorm, GroupNorm ``weight, bias``  ``scale, bias``
 Embedding ``weight [n, d]``            Embed ``embedding [n, d]``
 raw ``nn.Parameter`` attributes        the leaves of the same names and shapes, as they are
+a module of no known type with a 2-d   ``kernel`` (and ``bias``), as it is or transposed,
+``weight`` (and ``bias``): GPT-2's     as the shapes say; a square weight as the layers
+``Conv1D`` ([in, out])                 of the same types say, else refused
 =====================================  ===================================================
+
+``parity.layout.register`` adds a rule for a type of one's own. A torch tensor registered
+under several names (tied weights: T5's ``shared`` and ``encoder.embed_tokens``) is one
+tensor: loaded once, under its first name; the others are reported (``WeightMap.ties``).
+A target may hold shapes only (``jax.eval_shape``'s ShapeDtypeStruct leaves): recording the
+call order needs no values, and the load returns arrays.
 
 Biases map to ``bias`` unchanged. jaxpool's pooling layers have no weights. A
 ConvTranspose with as many input as output channels fits both kernel layouts: for linen
@@ -60,7 +69,8 @@ from .pairing import WeightMap, match_weights
 from .record_flax import call_order
 
 __all__ = ["LAYOUT_RULES", "FlaxLayer", "LayoutRule", "TorchLayer", "fill", "flax_layers",
-           "get_value", "is_nnx_module", "load_torch_weights", "nnx_modules", "set_value",
+           "get_value", "is_nnx_module", "leaf_values", "load_torch_weights", "nnx_modules",
+           "set_value",
            "to_torch_weights", "torch_layers"]
 
 
@@ -107,22 +117,32 @@ def _order(target, model, x, kwargs) -> list[str] | None:
     return None if model is None else call_order(model, target, to_jax(x), kwargs)
 
 
-def fill(weights: WeightMap, target, only: set | None = None):
-    """Copy the torch side of ``weights`` (from ``parity.pairing.match_weights``) into ``target``
-    (see ``load_torch_weights``); ``only``: just these (Flax module path, leaf) pairs."""
+def fill(weights: WeightMap, target, only: set | None = None, dtype=None):
+    """Copy the torch side of ``weights`` (from ``parity.pairing.match_weights``) into
+    ``target`` (see ``load_torch_weights``): the variables or nnx model it was made from, or
+    one of the same structure (its leaves found by module path and name); ``only``: just
+    these (Flax module path, leaf) pairs; ``dtype``: the values' dtype (by default the
+    receiving leaf's)."""
     def wanted(pair, leaf):
         return only is None or (pair.flax.path, leaf) in only
 
     if is_nnx_module(target):
+        modules = dict(nnx_modules(target))
         for pair in weights.pairs:
             for t_name, f_name in pair.tensors():
                 if wanted(pair, f_name):
-                    var = pair.flax.leaves[f_name]
-                    set_value(var, _to_flax_array(pair, t_name, get_value(var).dtype))
+                    var = getattr(modules[pair.flax.path], f_name)
+                    set_value(var, _to_flax_array(pair, t_name, dtype or get_value(var).dtype))
         return target
-    new = {p.flax.path: {f: _to_flax_array(p, t, p.flax.leaves[f][1].dtype)
+    new = {p.flax.path: {f: _to_flax_array(p, t, dtype or p.flax.leaves[f][1].dtype)
                          for t, f in p.tensors() if wanted(p, f)} for p in weights.pairs}
     return _rebuild(target, (), new)
+
+
+def leaf_values(target) -> dict[tuple[str, str], Any]:
+    """{(Flax module path, leaf name): array} of linen variables or an nnx model."""
+    return {(f.path, name): (leaf[1] if isinstance(leaf, tuple) else get_value(leaf))
+            for f in flax_layers(target) for name, leaf in f.leaves.items()}
 
 
 def _to_flax_array(pair, tensor_name: str, dtype):

@@ -512,7 +512,12 @@ def test_bad_arguments(residual_net):
     x = _image(np.float64)
     with pytest.raises(TypeError, match="torch.nn.Module"):
         parity.compare_layers(ResidualNet(), ResidualNet(), None, x)
-    with pytest.raises(TypeError, match="floating-point"):
-        parity.compare_layers(residual_net, ResidualNet(), None, x.astype(np.int32))
+    with pytest.raises(TypeError, match="x must be a floating-point, integer or boolean array, "
+                                        "got dtype complex128"):
+        parity.compare_layers(residual_net, ResidualNet(), None, x.astype(np.complex128))
+    with pytest.raises(TypeError, match="dtype must be a floating-point dtype, got 'int32'"):
+        parity.compare_layers(residual_net, ResidualNet(), None, x, dtype="int32")
+    with pytest.raises(TypeError, match="torch_kwargs must be a mapping, got list"):
+        parity.compare_layers(residual_net, ResidualNet(), None, x, torch_kwargs=[1])
     with pytest.raises(ValueError, match="variables must be None for an nnx model"):
         parity.compare_layers(TorchSequenceNet(), SequenceNet(), {"params": {}}, x)

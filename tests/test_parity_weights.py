@@ -238,6 +238,48 @@ def _net_variables(**kw):
     return Net(**kw).init(jax.random.key(0), jnp.ones((1, 5, 5, 3)))
 
 
+class WideNet(nn.Module):
+    classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.BatchNorm(use_running_average=True)(nn.Conv(512, (3, 3), padding="VALID")(x))
+        return nn.Dense(self.classes)(x.mean((1, 2)))
+
+
+class TorchWideNet(torch.nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 512, 3)
+        self.bn = torch.nn.BatchNorm2d(512)
+        self.fc = torch.nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+
+def test_an_abstract_target_loads_and_names_a_wrong_head_size():
+    """The structure jax.eval_shape returns (ShapeDtypeStruct leaves, batch_stats too) with
+    model= and x=: the call order is recorded without values, the load returns arrays, and
+    a head of another size is named with both shapes."""
+    x = np.random.default_rng(0).standard_normal((2, 5, 5, 3)).astype(np.float32)
+    torch_net = TorchWideNet(classes=10)
+    shapes = jax.eval_shape(WideNet().init, jax.random.key(0), x)
+    loaded = parity.load_torch_weights(torch_net, shapes, model=WideNet(), x=x)
+    np.testing.assert_array_equal(loaded["params"]["Dense_0"]["kernel"],
+                                  torch_net.fc.weight.detach().numpy().T)
+    np.testing.assert_array_equal(loaded["batch_stats"]["BatchNorm_0"]["var"],
+                                  torch_net.bn.running_var.numpy())
+    with pytest.raises(ValueError) as info:
+        parity.load_torch_weights(TorchWideNet(), shapes, model=WideNet(), x=x)
+    msg = str(info.value)
+    assert "fc.weight (1000, 512)" in msg and "params/Dense_0/kernel (512, 10)" in msg, msg
+    assert ("fc (Linear) -> Dense_0: kernel (512, 1000) from torch's fc.weight (1000, 512) "
+            "vs (512, 10) in Flax") in msg, msg
+    with pytest.raises(ValueError, match="variables holds shapes only"):
+        parity.compare_layers(torch_net, WideNet(), shapes, np.moveaxis(x, -1, 1))
+
+
 def test_every_leftover_is_listed():
     with pytest.raises(ValueError) as info:
         parity.load_torch_weights(TorchNet(extra=True), _net_variables(hidden=7))
