@@ -8,6 +8,10 @@ segmented scan, and each destination's total read back at its run's end. The sor
 only on the index, so it is computed once (:class:`Sorted`) and serves every channel and
 every derivative order: the two are each other's transposes (two ``linear_primitive``),
 so no derivative of any order holds a scatter.
+
+Where a scatter-add is deterministic (XLA:CPU runs it in one thread, in the order of the
+rows), ``adding="scatter"`` makes the transpose one, measured faster there; the strategy
+table says where (:data:`ADDING`). The sort is then never used, and XLA drops it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from jax import lax
 from jax.interpreters import batching
 
 from jaxpool._rules import linear_primitive
+
+# How the transpose adds rows back: "sorted" (a sort, a segmented scan, a read; no scatter)
+# or "scatter" (a scatter-add: only where it runs in a fixed order).
+ADDING = ("sorted", "scatter")
 
 
 @jax.tree_util.register_dataclass
@@ -67,10 +75,17 @@ def sort_order(index: jax.Array, size: int) -> Sorted:
     return Sorted(index, perm, dest, ends)
 
 
-def read(values: jax.Array, index, order: Sorted | None = None) -> jax.Array:
+def _check_adding(adding):
+    if adding not in ADDING:
+        raise ValueError(f"adding must be one of {ADDING}, got {adding!r}")
+    return adding
+
+
+def read(values: jax.Array, index, order: Sorted | None = None, *,
+         adding: str = "sorted") -> jax.Array:
     """``values[index]``: values ``[M, *rest]``, index int ``[K]`` (in ``[0, M)``) or a
     :class:`Sorted` -> ``[K, *rest]``. Linear in ``values``; its transpose is
-    :func:`sorted_sum` with the same sort."""
+    :func:`sorted_sum` with the same sort and ``adding``."""
     if isinstance(index, Sorted):
         order = index
     elif order is None:
@@ -79,20 +94,23 @@ def read(values: jax.Array, index, order: Sorted | None = None) -> jax.Array:
     if order.size != values.shape[0]:
         raise ValueError(f"the sort is into {order.size} positions, values have "
                          f"{values.shape[0]}")
-    return read_p.bind(values, *order.arrays())
+    return read_p.bind(values, *order.arrays(), adding=_check_adding(adding))
 
 
-def sorted_sum(cotangent: jax.Array, order: Sorted, size: int) -> jax.Array:
+def sorted_sum(cotangent: jax.Array, order: Sorted, size: int, *,
+               adding: str = "sorted") -> jax.Array:
     """The transpose of :func:`read`: ``[K, *rest] -> [size, *rest]``, row ``k`` added into
-    position ``order.index[k]``, in a fixed order (no scatter); zero where none is read."""
+    position ``order.index[k]``, in a fixed order (``"sorted"``: no scatter; ``"scatter"``:
+    XLA's scatter-add, in the rows' order where it runs in one thread); zero where none is
+    read."""
     if size != order.size:
         raise ValueError(f"size must be the sort's {order.size}, got {size}")
-    return sorted_sum_p.bind(cotangent, *order.arrays())
+    return sorted_sum_p.bind(cotangent, *order.arrays(), adding=_check_adding(adding))
 
 
 # --- implementations ----------------------------------------------------------------------
 
-def _read_impl(values, index, perm, dest, ends):
+def _read_impl(values, index, perm, dest, ends, adding="sorted"):
     return jnp.take(values, index, axis=0, mode="clip")
 
 
@@ -107,11 +125,14 @@ def _segment_sums(rows, starts):
     return lax.associative_scan(combine, (starts, rows))[1]
 
 
-def _sum_impl(cotangent, index, perm, dest, ends):
+def _sum_impl(cotangent, index, perm, dest, ends, adding="sorted"):
     size = ends.shape[0]
     shape = (size,) + cotangent.shape[1:]
     if cotangent.shape[0] == 0 or size == 0:
         return jnp.zeros(shape, cotangent.dtype)
+    if adding == "scatter":
+        return jnp.zeros(shape, cotangent.dtype).at[index].add(
+            cotangent, indices_are_sorted=False, unique_indices=False, mode="promise_in_bounds")
     rows = jnp.take(cotangent, perm, axis=0, mode="clip")
     starts = jnp.concatenate([jnp.ones((1,), bool), dest[1:] != dest[:-1]])
     sums = _segment_sums(rows, starts)
@@ -140,19 +161,19 @@ def _folded_order(aux, dims, size):
 
 
 def _batch(prim, out_rows):
-    def rule(args, dims):
+    def rule(args, dims, **params):
         x, aux = args[0], args[1:]
         xd, aux_dims = dims[0], dims[1:]
         if all(d is None for d in aux_dims):
             # One sort for the whole batch: the batch becomes channels.
             moved = jnp.moveaxis(x, xd, 1)
             flat = moved.reshape(moved.shape[:1] + (-1,))
-            out = prim.bind(flat, *aux)
+            out = prim.bind(flat, *aux, **params)
             return out.reshape(out.shape[:1] + moved.shape[1:]), 1
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
         folded = _folded_order(aux, aux_dims, size)
         x = _at_front(x, xd, size)
-        out = prim.bind(x.reshape((-1,) + x.shape[2:]), *folded)
+        out = prim.bind(x.reshape((-1,) + x.shape[2:]), *folded, **params)
         return out.reshape((size, out_rows(aux, aux_dims)) + x.shape[2:]), 0
     return rule
 
@@ -169,9 +190,9 @@ def _rows_summed(aux, dims):
 
 read_p: jax.extend.core.Primitive = linear_primitive(
     "jaxpool_read", _read_impl,
-    lambda ct, *aux: [sorted_sum_p.bind(ct, *aux)])
+    lambda ct, *aux, **params: [sorted_sum_p.bind(ct, *aux, **params)])
 sorted_sum_p: jax.extend.core.Primitive = linear_primitive(
     "jaxpool_sorted_sum", _sum_impl,
-    lambda ct, *aux: [read_p.bind(ct, *aux)])
+    lambda ct, *aux, **params: [read_p.bind(ct, *aux, **params)])
 batching.primitive_batchers[read_p] = _batch(read_p, _rows_read)
 batching.primitive_batchers[sorted_sum_p] = _batch(sorted_sum_p, _rows_summed)

@@ -54,6 +54,11 @@ TABLE: dict[tuple[str, str], dict[str, str]] = {
     # spread is the run's noise, not a faster strategy. The matrix product, the one real
     # alternative timed, was slower on most forwards (DeepLab x8 0.28 against 0.11 ms).
     ("resampling", "any axis"): {"cpu": RULES, "gpu": RULES},
+    # grid_sample's derivatives: how the rows read are added back ("sorted": a stable sort
+    # and a segmented scan, no scatter; "scatter": a scatter-add, which XLA:CPU runs in one
+    # thread in the rows' order, so deterministic there; never on a GPU or TPU, whose
+    # scatter-add has no fixed order).
+    ("grid sampling", "reads added back"): {"cpu": "scatter", "gpu": "sorted"},
 }
 
 _forced: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxpool_backend",
