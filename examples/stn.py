@@ -8,8 +8,9 @@ adds an R1-style penalty: the squared gradient of the classifier's true-class lo
 respect to the input image. That gradient passes through the sampler, so the training step
 differentiates grid_sample twice (in the image and in the grid), under `jit`.
 
-The script shows that the loss falls, that the compiled training step holds no scatter
-(grid_sample reads with gathers; jaxpool adds their transposes back with sorted sums), and
+The script shows that the loss falls, that the training step as traced for a GPU holds no
+scatter (grid_sample reads with gathers; jaxpool adds their transposes back with sorted sums;
+on the CPU it takes XLA's scatter-add, which XLA:CPU runs in one fixed order), and
 that the training step, double backward included, gives the same bits when run twice. With
 --check-torch it compares the warp and its derivatives with torch's F.affine_grid and
 F.grid_sample on the trained network's thetas, in float64 (via `parity`).
@@ -278,13 +279,18 @@ def main(argv=None) -> int:
     batch = min(args.batch_size, args.train_size)
     order = np.random.default_rng(args.seed).permutation
 
-    # The compiled training step: a second derivative through grid_sample, and no scatter.
-    lowered = step.lower(params, opt, x_train[:batch], y_train[:batch])
-    step = lowered.compile()
-    ops = lowered_ops(lowered)
+    # The compiled training step: a second derivative through grid_sample.
+    traced = step
+    step = traced.lower(params, opt, x_train[:batch], y_train[:batch]).compile()
+    # The same step as a GPU or TPU traces it (jaxpool's table for those backends) holds no
+    # scatter. (On the CPU, jaxpool adds grid_sample's reads back with XLA's scatter-add,
+    # which XLA:CPU runs in one thread, in a fixed order: deterministic, and faster there.)
+    jax.clear_caches()  # the table is read when a program is traced
+    with jaxpool.strategy_table.use_backend("gpu"):
+        ops = lowered_ops(traced.lower(params, opt, x_train[:batch], y_train[:batch]))
     scatters = sorted(op for op in ops if "scatter" in op)
-    print(f"training step (value_and_grad of cross-entropy + R1 penalty, Adam update): "
-          f"scatter ops: {', '.join(scatters) or 'none'}; gather ops: "
+    print(f"training step (value_and_grad of cross-entropy + R1 penalty, Adam update) as "
+          f"traced for a GPU: scatter ops: {', '.join(scatters) or 'none'}; gather ops: "
           f"{'yes' if 'gather' in ops else 'none'} (grid_sample's reads)")
 
     acc_before = float(evaluate(params, x_test, y_test)[0])
