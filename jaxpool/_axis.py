@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxpool._avals import shaped_like
 from jaxpool._nonfinite import matmul_keeping_nonfinite
+from jaxpool._rules import tangent_from_adjoint
 from jaxpool.plan import PoolPlan
 from jaxpool.windows import AxisPlan, window_families
 
@@ -142,9 +142,7 @@ def _rows_tangent(t: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     one input row at a time."""
     pooled = t.shape[:axis] + (plan.out_size,) + t.shape[axis + 1:]
     holding = plan.windows_of_rows()
-    spread = jax.linear_transpose(lambda c: _sum_rows(c, axis, holding),
-                                  shaped_like(t, pooled))
-    return spread(t)[0]
+    return tangent_from_adjoint(lambda c: _sum_rows(c, axis, holding), t, pooled)
 
 
 def _reduce_window_sums(t: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:

@@ -15,6 +15,8 @@ import jax
 import jax.extend.core
 from jax.interpreters import ad, batching, mlir
 
+from jaxpool._avals import shaped_like
+
 
 def linear_primitive(name: str, impl: Callable, transpose: Callable, *,
                      linear_operands: int = 1, multiple_results: bool = False,
@@ -99,3 +101,15 @@ def _zero_like(value) -> ad.Zero:
     if from_primal is not None:
         return from_primal(value)
     return ad.Zero(jax.core.get_aval(value).at_least_vspace())  # type: ignore[attr-defined]
+
+
+def tangent_from_adjoint(adjoint: Callable[[jax.Array], jax.Array], tangent: jax.Array,
+                         shape: tuple[int, ...]) -> jax.Array:
+    """``tangent`` mapped by the transpose of ``adjoint``, a linear map from arrays of
+    ``shape`` (the op's outputs) to arrays of ``tangent``'s shape (its inputs).
+
+    A tangent rule written so is transposed back to ``adjoint`` itself by reverse mode: the
+    gradient is computed as the adjoint is written (slices and sums of the cotangent, one
+    input row at a time, say), not as JAX's transpose of the forward map's own tangent."""
+    spread = jax.linear_transpose(adjoint, shaped_like(tangent, shape))
+    return spread(tangent)[0]

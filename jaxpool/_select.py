@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 
 from jaxpool import _resample
-from jaxpool._avals import shaped_like
+from jaxpool._rules import tangent_from_adjoint
 from jaxpool._axis import fit_axis, pad_axis
 from jaxpool.plan import PoolPlan
 from jaxpool.sampling import AxisSampling
@@ -189,10 +189,9 @@ def _max_with_pick_tangents(x, steps, at_once: bool):
     def pool_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
         values, code = pick_codes(lax.stop_gradient(x), steps)
-        spread = jax.linear_transpose(lambda c: _spread_picks(c, code, steps),
-                                      shaped_like(t, values.shape))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
-        return pool(x), spread(t)[0]
+        return pool(x), tangent_from_adjoint(lambda c: _spread_picks(c, code, steps), t,
+                                             values.shape)
 
     return pool(x)
 
@@ -388,12 +387,10 @@ def _max_with_winner_tangents(x, axis: int, plan: AxisPlan, families, rule: str)
         # Written out once: fused into its consumers, the walk would run again for every
         # input element of every term.
         taps = lax.optimization_barrier(taps)
-        spread = jax.linear_transpose(
-            (lambda c: _sum_picks_rows(c, taps, axis, plan)) if rule == "rows"
-            else (lambda c: _sum_picks(c, taps, axis, plan, families)),
-            shaped_like(t, values.shape))
+        adjoint = ((lambda c: _sum_picks_rows(c, taps, axis, plan)) if rule == "rows"
+                   else (lambda c: _sum_picks(c, taps, axis, plan, families)))
         # ``pool(x)``: the plain call's values, and this rule again at higher orders.
-        return pool(x), spread(t)[0]
+        return pool(x), tangent_from_adjoint(adjoint, t, values.shape)
 
     return pool(x)
 
