@@ -10,6 +10,7 @@ from jaxpool.pooling import (adaptive_avg_pool, adaptive_avg_pool1d, adaptive_av
                          max_pool3d)
 from jaxpool.unpooling import max_unpool1d, max_unpool2d, max_unpool3d
 from jaxpool.folding import fold, unfold
+from jaxpool.fractional import fractional_max_pool2d, fractional_max_pool3d
 from jaxpool.grid_sampling import affine_grid, grid_sample
 from jaxpool.padding import pad
 from jaxpool.resampling import (channel_shuffle, interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
@@ -25,7 +26,7 @@ __all__ = [
     "max_pool1d", "max_pool2d", "max_pool3d", "shapes", "linen", "nnx", "equinox",
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
-    "unfold", "fold", "channel_shuffle",
+    "unfold", "fold", "channel_shuffle", "fractional_max_pool2d", "fractional_max_pool3d",
 ]
 
 

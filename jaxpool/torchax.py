@@ -234,6 +234,14 @@ def _grid_sampler(x, grid, interpolation_mode, padding_mode, align_corners):
                                _GRID_PADDINGS[padding_mode], align_corners)
 
 
+def _fractional(function):
+    """ATen's fractional_max_pool: (values, indices) from torch's drawn samples."""
+    def compute(x, kernel_size, output_size, random_samples):
+        return function(x, kernel_size, output_size, return_indices=True,
+                        samples=random_samples)
+    return compute
+
+
 def _by_schema(function):
     """``function`` called with the ATen schema's arguments by name, the tensor (``self``,
     named ``x`` by the binder) first, whatever the function calls it."""
@@ -309,6 +317,10 @@ def _table() -> tuple[Op, ...]:
         ]
     ops += [_aten(getattr(aten, name).default, _grid_sampler)
             for name in ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")]
+    ops += [_aten(aten.fractional_max_pool2d.default,
+                  _fractional(jaxpool.fractional_max_pool2d)),
+            _aten(aten.fractional_max_pool3d.default,
+                  _fractional(jaxpool.fractional_max_pool3d))]
     # an op's ATen names that need no adapter: the schema's arguments are its function's
     covered = {op.torch_op for op in ops}
     for spec in registry.SPECS.values():

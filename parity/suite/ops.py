@@ -112,9 +112,10 @@ def _ops() -> dict[str, Op]:
     import jaxpool  # noqa: F401 (registers every op)
     from jaxpool import registry
 
-    # every op but those that call another with some arguments fixed (upsample_*)
+    # every op with argument sets (written in grid.py for the families in _KINDS, else its
+    # spec's), but those that call another with some arguments fixed (upsample_*)
     return {name: _from_spec(spec) for name, spec in registry.SPECS.items()
-            if spec.halo != "delegate"}
+            if spec.halo != "delegate" and (spec.family in _KINDS or spec.samples)}
 
 
 OPS: dict[str, Op] = _ops()
