@@ -211,8 +211,8 @@ def test_jvp_is_the_transpose_of_the_vjp():
 BITS = [(dims, mode, padding, align, dtype)
         for (dims, mode, padding, align), dtype in itertools.product(
             COMBOS, ("float64", "float32"))]
-BITS_DEFAULT = {(2, "bicubic", "border", True, "float64"),
-                (3, "bilinear", "reflection", False, "float32")}
+# one case by default (each compiles eight programs); every combination under -m slow
+BITS_DEFAULT = {(2, "bilinear", "reflection", True, "float32")}
 
 
 @pytest.mark.parametrize("dims,mode,padding,align,dtype", [
@@ -454,8 +454,8 @@ def _programs(f, x, g, w):
 
 @pytest.mark.parametrize("backend", ["gpu", pytest.param("tpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dims,mode,padding", default_share(
-    [(2, "bicubic", "reflection"), (3, "bilinear", "border"), (2, "nearest", "zeros"),
-     (2, "bilinear", "zeros")], 4))
+    [(2, "bilinear", "zeros"), (3, "bilinear", "border"), (2, "nearest", "zeros"),
+     (2, "bicubic", "reflection")], 4))
 def test_no_scatter_at_any_order(dims, mode, padding, backend):
     """The GPU's and TPU's tables: every derivative program free of scatters."""
     x, g, ct = _case(dims, ("scatter",), extent=3)
