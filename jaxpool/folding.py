@@ -63,6 +63,10 @@ def unfold(input: ArrayLike, kernel_size: Size, dilation: Size = 1, padding: Siz
 
     Returns:
       ``[N, C*kh*kw, L]`` (or ``[C*kh*kw, L]``) in ``input``'s dtype, every value copied.
+
+    Example:
+      >>> jaxpool.unfold(jnp.ones((8, 3, 32, 32)), 3, padding=1, stride=2).shape
+      (8, 27, 256)
     """
     return registry.run("unfold", locals())
 
@@ -96,5 +100,13 @@ def fold(input: ArrayLike, output_size: Size, kernel_size: Size, dilation: Size 
 
     Returns:
       ``[N, C, H, W]`` (or ``[C, H, W]``) in ``input``'s dtype.
+
+    Example:
+      >>> columns = jaxpool.unfold(jnp.ones((1, 1, 4, 4)), 2)        # 9 overlapping blocks
+      >>> jaxpool.fold(columns, (4, 4), 2)[0, 0]                   # how many read each pixel
+      Array([[1., 2., 2., 1.],
+             [2., 4., 4., 2.],
+             [2., 4., 4., 2.],
+             [1., 2., 2., 1.]], dtype=float32)
     """
     return registry.run("fold", locals())
