@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 from jaxpool import _checks
@@ -615,6 +616,7 @@ def _array_shape_name(array: str) -> str:
     return "input_shape" if array == "x" else f"{array}_shape"
 
 
+@functools.lru_cache(maxsize=None)
 def _from_spec(name: str) -> Callable[..., tuple]:
     """``name``'s shape rule: its function traced abstractly (its arguments are checked in
     plain Python before anything is traced, so it raises the op's own errors). Takes a
