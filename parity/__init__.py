@@ -15,10 +15,12 @@ Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``
 (``Row``, ``Report``, ``ParityError``), ``tolerances``, ``convert`` (arrays across, bit for
 bit); for whole models, bottom up: ``layout`` (layer types and layout rules), ``calls``
 (a recorded module call), ``record_torch`` and ``record_flax`` (each framework's module
-calls and the order a model calls its modules), ``pairing`` (which layer is which, for
-both), then ``weights`` (torch weights into Flax and back), ``layers`` (layer by layer
-comparison) and ``model_report``; ``programs`` keeps compiled JAX programs and torch's results on disk
-between runs. ``python -m parity`` runs jaxpool's own suite (``parity.suite``): every op
+calls), ``description`` (one description per model, of the same form for both: modules,
+parameters with shapes, ties, calls), ``pairing`` (``align``: the one alignment of two
+descriptions, which layer and call is which), then ``weights`` (torch weights into Flax and
+back), ``layers`` (layer by layer comparison) and ``model_report``, which read that
+alignment; ``programs`` keeps compiled JAX programs and torch's results on disk between
+runs. ``python -m parity`` runs jaxpool's own suite (``parity.suite``): every op
 against torch.
 """
 

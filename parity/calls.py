@@ -1,6 +1,6 @@
 """A module call as a run records it, on either side (``parity.record_torch``,
-``parity.record_flax``), and a side's run: what ``parity.pairing`` pairs and
-``parity.layers`` compares.
+``parity.record_flax``), and a side's run: the calls of a model's description
+(``parity.description``), what ``parity.pairing`` aligns and ``parity.layers`` compares.
 """
 
 from __future__ import annotations

@@ -9,11 +9,13 @@ gradient, and if not, which layer is wrong?
 
 Both models run on the same input (``x`` in torch's layout; channels-first is moved to
 channels-last for the Flax side unless ``channels_last=False`` or ``to_flax=`` says
-otherwise). Every module call is recorded on both sides (``parity.record_torch``,
-``parity.record_flax``) and the calls are paired (``parity.pairing``: modules with
-weights through the weight pairing, the rest by ``name_map``, kind and order, and a call
-left alone on each side between the same pairs, with the same shapes, by its position: its
-rows say so, ``LayerRow.by_position``). Rows, in the order a reader should meet them:
+otherwise). Each side runs once to describe it (``parity.description``: the Flax model
+abstractly, shapes only; the torch model in the run compared) and the two descriptions are
+aligned once (``parity.pairing.align``: modules with weights through the weight pairing,
+the rest by ``name_map``, kind and order, and a call left alone on each side between the
+same pairs, with the same shapes, by its position: its rows say so,
+``LayerRow.by_position``); everything compared is read off that alignment
+(``report.alignment`` prints it). Rows, in the order a reader should meet them:
 
 * ``weight``: every mapped Flax leaf against torch's tensor through the layout rule (exact:
   a leaf of lower precision must hold torch's value rounded to it; the run then computes
@@ -77,9 +79,9 @@ from . import record_flax, record_torch
 from .convert import TORCH_DTYPES, map_arrays, numpy_dtype, to_jax, to_numpy, x64
 from .model_report import LayerRow, ModelReport
 from .calls import Call
+from .description import describe_flax, describe_torch
 from .layout import flax_layout, get_value, is_nnx_module, nnx_modules, set_value
-from .pairing import (CallPair, WeightMap, corresponding_outputs, format_alignment,
-                      match_weights, pair_calls)
+from .pairing import CallPair, WeightMap, align, corresponding_outputs, format_alignment
 from .tolerances import HALF, Diff, is_float, tolerance
 from .weights import fill, leaf_values
 
@@ -161,8 +163,6 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
                          "model=..., x=...), or pass variables=None")
     if torch_kwargs is not None and not isinstance(torch_kwargs, Mapping):
         raise TypeError(f"torch_kwargs must be a mapping, got {type(torch_kwargs).__name__}")
-    name_map = {k: "/".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
-                for k, v in (name_map or {}).items()}
     with x64():
         x_flax = to_flax(x) if to_flax is not None else (
             np.moveaxis(x, 1, -1) if channels_last and x.ndim >= 3 else x)
@@ -183,18 +183,13 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         else:
             target = variables
         run_target = _cast_nnx(target, dtype) if nnx_model else _cast_linen(target, dtype)
-        # The one description of the Flax model's calls (shapes only) and the one pairing
-        # of the weights: everything below reads them.
+        # Each side runs once for its description (Flax: abstractly, shapes only; torch:
+        # the run compared, with gradients), and the two are aligned once: everything
+        # below reads that alignment.
         prog = record_flax.program(flax_model if not nnx_model else run_target,
                                    None if nnx_model else run_target, kwargs, train)
         f_trace, _ = record_flax.trace(prog, x_flax)
-        weights = match_weights(torch_module, target, _weight_name_map(name_map, torch_module),
-                                record_flax.order(f_trace))
-        if initialised:  # torch's weights, in the structure init gave
-            target = fill(weights, target)
-        weight_rows, exact = _weight_rows(weights, target, dtype)
-        run_target = fill(weights, run_target, only=exact, dtype=dtype)
-        prog = prog.with_variables(run_target)  # the same program, on torch's exact values
+        flax_desc = describe_flax(target, calls=f_trace)
 
         t_model = copy.deepcopy(torch_module).to(TORCH_DTYPES[dtype]).train(train)
         t_kwargs = _cast_floats(dict(torch_kwargs or {}), dtype)
@@ -212,9 +207,17 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
 
         t_run = record_torch.run(t_model, x, torch_weights, gradients=gradients,
                                  kwargs=t_kwargs)
-        _check_name_map(name_map, t_run.calls, f_trace)
-        pairs, unpaired_torch, unpaired_flax = pair_calls(t_run.calls, f_trace, weights,
-                                                          name_map, channels_last)
+        # the torch model's own modules and tensors (the run's copy is cast), its run's calls
+        alignment = align(describe_torch(torch_module, calls=t_run.calls), flax_desc,
+                          name_map, channels_last=channels_last)
+        weights, pairs = alignment.weights, alignment.calls or []
+        unpaired_torch = list(alignment.unpaired_torch)
+        unpaired_flax = list(alignment.unpaired_flax)
+        if initialised:  # torch's weights, in the structure init gave
+            target = fill(alignment, target)
+        weight_rows, exact = _weight_rows(weights, target, dtype)
+        run_target = fill(alignment, run_target, only=exact, dtype=dtype)
+        prog = prog.with_variables(run_target)  # the same program, on torch's exact values
         ref_run = None
         if reference == "float64":
             # In shadow mode the reference takes torch's recorded inputs where the Flax side
@@ -247,8 +250,7 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         rows += _gradient_rows(concrete, t_run, f_run, ref_run, weights, judge)
     return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax,
                        mode, "torch" if reference == "direct" else "torch float64",
-                       format_alignment(weights, pairs, unpaired_torch, unpaired_flax),
-                       one_sided)
+                       format_alignment(alignment), one_sided)
 
 
 def _run_dtype(x: np.ndarray, dtype, torch_module) -> np.dtype:
@@ -297,26 +299,7 @@ def assert_model_parity(torch_module, flax_model, variables, x, **kwargs) -> Mod
     return compare_layers(torch_module, flax_model, variables, x, **kwargs).raise_if_failed()
 
 
-# --------------------------------------------------------------------------- pairing inputs
-
-
-def _weight_name_map(name_map: Mapping[str, str], torch_module) -> dict[str, str]:
-    """The name_map entries that name a torch module with weights of its own (the rest pair
-    calls only)."""
-    own = {prefix for full in torch_module.state_dict() for prefix in [full.rpartition(".")[0]]}
-    return {k: v for k, v in name_map.items() if k in own}
-
-
-def _check_name_map(name_map, t_calls: list[Call], f_calls: list[Call]) -> None:
-    t_names = list(dict.fromkeys(c.path for c in t_calls))
-    f_paths = list(dict.fromkeys(c.path for c in sorted(f_calls, key=lambda c: c.start)))
-    for t, f in name_map.items():
-        if t not in t_names:
-            raise ValueError(f"name_map: torch module {t!r} is never called; torch calls "
-                             + ", ".join(repr(n) for n in t_names))
-        if f not in f_paths:
-            raise ValueError(f"name_map: Flax module {f!r} is never called; Flax calls "
-                             + ", ".join(repr(p) for p in f_paths))
+# --------------------------------------------------------------------------- layouts
 
 
 def _in_flax_layout(t: np.ndarray, flax_shape: tuple, channels_last: bool) -> np.ndarray | None:

@@ -1,21 +1,20 @@
 """The bottom of the model side: each framework's layers and the layout rules between them.
 
-``TorchLayer`` is a torch module's own tensors (``torch_layers`` reads them, in registration
-order, with the tensors it shares with an earlier module: ``TorchLayer.ties``),
-``FlaxLayer`` a Flax module's own leaves (``flax_layers``: linen variables or an nnx model),
-and a ``LayoutRule`` says how one kind of torch layer's tensors become one Flax layer's
-leaves (the table is in ``parity.weights``; ``register`` adds a rule for a type of one's
-own; a module of no known type holding a 2-d ``weight`` may pair with a Flax ``kernel`` as it
-is or transposed, ``inferred_rules``). ``flax_layout`` is the array layout
-rule: how an array of torch's becomes the Flax side's (channels-first moved last). Nothing
-here pairs layers or runs a model: ``parity.pairing`` and ``parity.record_torch`` /
-``parity.record_flax`` build on it.
+``TorchLayer`` is a torch module's own tensors (with the tensors it shares with an earlier
+module: ``TorchLayer.ties``), ``FlaxLayer`` a Flax module's own leaves (linen variables or
+an nnx model; ``parity.description`` reads both sides' layers), and a ``LayoutRule`` says
+how one kind of torch layer's tensors become one Flax layer's leaves (the table is in
+``parity.weights``; ``register`` adds a rule for a type of one's own; a module of no known
+type holding a 2-d ``weight`` may pair with a Flax ``kernel`` as it is or transposed,
+``inferred_rules``). ``flax_layout`` is the array layout rule: how an array of torch's
+becomes the Flax side's (channels-first moved last). Nothing here reads a model, pairs
+layers or runs one: ``parity.record_torch`` / ``parity.record_flax``, ``parity.description``
+and ``parity.pairing`` build on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -23,9 +22,8 @@ import numpy as np
 import torch
 
 __all__ = ["INFERRED", "LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule", "TorchLayer",
-           "flax_layers", "flax_layout", "get_value", "inferred_rules", "is_nnx_module",
-           "nnx_modules", "register", "registered_rules", "set_value", "torch_layers",
-           "unregister"]
+           "flax_layout", "get_value", "inferred_rules", "is_nnx_module", "nnx_modules",
+           "register", "registered_rules", "set_value", "unregister"]
 
 
 # --------------------------------------------------------------------------- layout rules
@@ -180,10 +178,6 @@ def unregister(rule: LayoutRule) -> None:
     _REGISTERED[:] = [r for r in _REGISTERED if r is not rule]
 
 
-# Buffers that exist on one side only.
-_SKIPPED_TORCH = ("num_batches_tracked",)
-
-
 # --------------------------------------------------------------------------- both sides' layers
 
 
@@ -218,47 +212,6 @@ class TorchLayer:
 
     def full_name(self, tensor: str) -> str:
         return f"{self.name}.{tensor}" if self.name else tensor
-
-
-def torch_layers(source) -> list[TorchLayer]:
-    """The layers of a torch module or state dict, in registration order."""
-    if isinstance(source, torch.nn.Module):
-        # every name a shared module goes by (named_modules would say it once)
-        modules = dict(source.named_modules(remove_duplicate=False))
-        state = source.state_dict(keep_vars=True)
-    elif isinstance(source, Mapping):
-        modules, state = {}, source
-    else:
-        raise TypeError("the torch side must be a torch.nn.Module or a state dict, got "
-                        f"{type(source).__name__}")
-    layers: dict[str, TorchLayer] = {}
-    first: dict[tuple, str] = {}  # storage key -> the first full name it goes by
-    for full, tensor in state.items():
-        prefix, _, name = full.rpartition(".")
-        if name in _SKIPPED_TORCH:
-            continue
-        if prefix not in layers:
-            layers[prefix] = TorchLayer(prefix, modules.get(prefix), {})
-        layers[prefix].tensors[name] = tensor
-        key = _storage_key(tensor)
-        if key is not None:
-            if key in first:
-                layers[prefix].ties[name] = first[key]
-            else:
-                first[key] = full
-    return list(layers.values())
-
-
-def _storage_key(t) -> tuple | None:
-    """What makes two tensors one (the same memory, viewed the same way), or None for a
-    tensor without memory of its own to compare (a meta tensor, an empty one)."""
-    if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() == 0:
-        return None
-    try:
-        ptr = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # pragma: no cover - a tensor subclass
-        return None
-    return (t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 @dataclasses.dataclass
@@ -328,56 +281,6 @@ def nnx_modules(model) -> list[tuple[str, Any]]:
 
     walk(model, ())
     return out
-
-
-def flax_layers(target, order: list[str] | None = None) -> list[FlaxLayer]:
-    """The layers of linen ``variables`` or an nnx model, in module order: ``order`` (module
-    paths, e.g. in the order a run calls them) where given; else, for linen, the order of
-    the variables (creation order as ``init`` returns it; keys that come sorted, as after a
-    ``tree_map`` or ``jit``, in natural order: ``Conv_2`` before ``Conv_10``); for nnx,
-    attribute order."""
-    layers = _flax_layers(target)
-    if order is not None:
-        rank = {p: i for i, p in enumerate(order)}
-        layers.sort(key=lambda f: rank.get(f.path, len(rank)))
-    return layers
-
-
-def _flax_layers(target) -> list[FlaxLayer]:
-    if is_nnx_module(target):
-        nnx = _nnx()
-        held = [(path, m, {k: v for k, v in vars(m).items()
-                           if isinstance(v, (nnx.Param, nnx.BatchStat))})
-                for path, m in nnx_modules(target)]
-        return [FlaxLayer(path, leaves, m) for path, m, leaves in held if leaves]
-    if not isinstance(target, Mapping) or "params" not in target:
-        raise TypeError("the Flax side must be linen variables (a dict with 'params') or an "
-                        f"nnx.Module, got {type(target).__name__}")
-    layers: dict[str, FlaxLayer] = {}
-    for collection, tree in target.items():
-        if collection == "intermediates":
-            continue
-        for path, array in _flat(tree, ()):
-            module = "/".join(path[:-1])
-            layers.setdefault(module, FlaxLayer(module, {}))
-            layers[module].leaves[path[-1]] = (collection, array)
-    return list(layers.values())
-
-
-def _natural(key: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
-
-
-def _flat(tree, path):
-    if isinstance(tree, Mapping):
-        keys = [str(k) for k in tree]
-        if keys == sorted(keys):  # the creation order is lost: natural order is the next best
-            keys.sort(key=_natural)
-        by_name = {str(k): v for k, v in tree.items()}
-        for k in keys:
-            yield from _flat(by_name[k], path + (k,))
-    else:
-        yield path, tree
 
 
 # --------------------------------------------------------------------------- array layout

@@ -1,5 +1,12 @@
-"""Which torch layer is which Flax layer: the one pairing that ``load_torch_weights``,
-``to_torch_weights`` and ``compare_layers`` use.
+"""Which torch layer is which Flax layer: the one alignment that ``load_torch_weights``,
+``to_torch_weights`` and ``compare_layers`` read.
+
+``align(torch_desc, flax_desc, name_map=...)`` takes the two models' descriptions
+(``parity.description``: modules, parameters with shapes, ties and, where a model ran, its
+calls) and returns an ``Alignment``: the weight pairs (``WeightMap``), the call pairs
+(``CallPair``, where both models ran) and what each side leaves unpaired, with why;
+``format_alignment`` (``Alignment.format``) prints it. ``match_weights(source, target)`` is
+the weight pairs of ``align`` on the descriptions of a torch model and Flax variables.
 
 Weights (``match_weights``), strongest signal first, each step only among the layers the
 steps before left: ``name_map={torch module name: Flax module path}`` (by hand); names that
@@ -8,7 +15,7 @@ agree (``name_keys``: the same words up to separators, index style and plurals, 
 dropped where that makes more names agree) with the layout rule fitting the shapes: never
 overridden by order; the one layer of the other side that fits by kind and shape, one forced
 pair at a time; and last, where the order the Flax model calls its modules is known
-(``order``, from ``parity.record_flax.call_order``), torch's registration order against it,
+(the Flax description's ``order``, from one abstract run), torch's registration order against it,
 each torch layer taking the first Flax layer that fits from where the previous pair left
 off - unless the names say otherwise (another candidate's last word is the torch layer's,
 this one's is not). A variables dict's own order is never trusted (``jax.jit(init)``,
@@ -19,7 +26,7 @@ parameters (a module of no known type holding ``nn.Parameter`` attributes: a cla
 position embeddings) follow ``parity.layout.raw_rule``: the leaves of the same names and
 shapes.
 
-Module calls (``pair_calls``): every recorded call of a module with weights goes with the
+Module calls (``pair_calls``, where both descriptions hold calls): every recorded call of a module with weights goes with the
 calls of its weight pair; ``name_map`` entries (any module, with weights or not) and the two
 models themselves pair their calls. Between two such pairs that follow each other on both
 sides (in the order calls return), the calls left on each side are aligned as a diff aligns
@@ -42,9 +49,10 @@ that holds its own copy). A module of no known type with a 2-d ``weight`` may fo
 ``parity.layout.inferred_rules`` (as it is, transposed): the shapes decide, a square weight
 follows the layers of the same types, or the load refuses (``_settle_transforms``).
 
-This module sits above the layer types and layout rules (``parity.layout``) and the calls
-(``parity.calls``), and below the public ``load_torch_weights`` / ``to_torch_weights``
-(``parity.weights``) and ``compare_layers`` (``parity.layers``).
+This module sits above the descriptions (``parity.description``), the layer types and
+layout rules (``parity.layout``) and the calls (``parity.calls``), and below the public
+``load_torch_weights`` / ``to_torch_weights`` (``parity.weights``) and ``compare_layers``
+(``parity.layers``): it reads descriptions and never a model.
 """
 
 from __future__ import annotations
@@ -57,12 +65,125 @@ from typing import Any
 import numpy as np
 
 from .calls import Call, Run
+from .description import ModelDescription, describe_flax, describe_torch
 from .layout import (INFERRED, LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer,
-                     flax_layers, flax_layout, registered_rules, torch_layers)
+                     flax_layout, registered_rules)
 
-__all__ = ["Call", "CallPair", "Pair", "Run", "WeightMap", "corresponding_outputs",
-           "format_alignment", "kind",
-           "match_weights", "name_keys", "name_tokens", "pair_calls"]
+__all__ = ["Alignment", "Call", "CallPair", "Pair", "Run", "WeightMap", "align",
+           "corresponding_outputs", "format_alignment", "kind", "match_weights", "name_keys",
+           "name_tokens", "pair_calls"]
+
+
+# --------------------------------------------------------------------------- the alignment
+
+
+@dataclasses.dataclass
+class Alignment:
+    """Which torch module is which Flax module, as ``align`` finds it: the weight pairs
+    (``weights``, each with the signal that made it, and the tied tensors), the call pairs
+    (``calls``, in torch's order, each with its signal; None where the two models did not
+    both run), and the modules of each side left unpaired, each once, with why
+    (``unpaired_torch``, ``unpaired_flax``: {module name: reason})."""
+
+    weights: WeightMap
+    calls: list[CallPair] | None = None
+    unpaired_torch: dict[str, str] = dataclasses.field(default_factory=dict)
+    unpaired_flax: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def format(self) -> str:
+        return format_alignment(self)
+
+
+def align(torch_desc: ModelDescription, flax_desc: ModelDescription,
+          name_map: Mapping[str, Any] | None = None, *,
+          channels_last: bool = True) -> Alignment:
+    """The one alignment of two descriptions (``parity.description``): the weight pairs, and,
+    where both models ran (both descriptions hold calls), the call pairs and what is left on
+    each side. ``name_map``: ``{torch module name: Flax module path}`` (paths as "a/b" or
+    tuples); where both ran, its entries between modules with weights pair weights, and
+    every entry pairs calls (each module must then be called). ``channels_last``: the Flax
+    side's arrays of rank >= 3 may have torch's axis 1 last.
+
+    Raises:
+      ValueError: for a name_map entry that names no module (or one never called), and
+        for weights left over or left open (see ``match_weights``).
+    """
+    name_map = {str(k): _path(v) for k, v in (name_map or {}).items()}
+    t_calls, f_calls = torch_desc.calls, flax_desc.calls
+    if t_calls is None or f_calls is None:
+        return Alignment(_match_weights(torch_desc, flax_desc, name_map))
+    # Entries naming a torch module without weights of its own pair calls only.
+    with_weights = {m.name for m in torch_desc.modules if m.layer is not None}
+    weights = _match_weights(torch_desc, flax_desc,
+                             {k: v for k, v in name_map.items() if k in with_weights})
+    _check_name_map(name_map, t_calls, f_calls)
+    pairs, unpaired_torch, unpaired_flax = pair_calls(t_calls, f_calls, weights, name_map,
+                                                      channels_last)
+    fixed = {p.torch.name: p.flax.path for p in weights.pairs}
+    fixed.update(name_map)
+    fixed[""] = ""
+    paired = {id(c) for p in pairs for c in (p.torch, p.flax)}
+    root = min((c.start for c in f_calls if c.path == ""), default=None)
+    f_fixed = {f: t for t, f in fixed.items()}
+    return Alignment(
+        weights, pairs,
+        _why_unpaired(unpaired_torch, t_calls, paired, lambda c: fixed.get(c.path), "Flax"),
+        _why_unpaired(unpaired_flax, f_calls, paired,
+                      lambda c: (f_fixed.get(c.path) if c.path != "" or c.start == root
+                                 else None), "torch"))
+
+
+def _why_unpaired(names: list[str], calls: list[Call], paired: set[int],
+                  counterpart, other: str) -> dict[str, str]:
+    """{module name: why it is left unpaired}, from its first call left unpaired."""
+    at_paired = [(i, c.start) for i, c in enumerate(calls) if id(c) in paired]
+    out: dict[str, str] = {}
+    for i, c in enumerate(calls):
+        if id(c) in paired or c.path not in names or c.path in out:
+            continue
+        fixed = counterpart(c)
+        if fixed is not None:
+            out[c.path] = (f"its counterpart, {other} {fixed or '(model)'}, has no call left "
+                           "for it")
+        elif any(j < i and start > c.start for j, start in at_paired):
+            out[c.path] = (f"a block around compared calls, and no {other} block of its kind "
+                           "or name with fitting shapes")
+        else:
+            out[c.path] = (f"no {other} call of its kind or name with fitting shapes in its "
+                           "place")
+    return {n: out.get(n, "") for n in names}
+
+
+def _check_name_map(name_map: Mapping[str, str], t_calls: list[Call],
+                    f_calls: list[Call]) -> None:
+    t_names = list(dict.fromkeys(c.path for c in t_calls))
+    f_paths = list(dict.fromkeys(c.path for c in sorted(f_calls, key=lambda c: c.start)))
+    for t, f in name_map.items():
+        if t not in t_names:
+            raise ValueError(f"name_map: torch module {t!r} is never called; torch calls "
+                             + ", ".join(repr(n) for n in t_names))
+        if f not in f_paths:
+            raise ValueError(f"name_map: Flax module {f!r} is never called; Flax calls "
+                             + ", ".join(repr(p) for p in f_paths))
+
+
+def format_alignment(alignment: Alignment) -> str:
+    """The alignment as text: the weight pairs, the call pairs (each with the signal that
+    made it), and the modules left on each side, with why."""
+    lines = ["weights (torch -> Flax [layout rule, by signal]):"]
+    lines += [f"  {line}" for line in alignment.weights.format().splitlines()]
+    if alignment.calls is None:
+        lines.append("calls: not aligned (the two models did not both run)")
+        return "\n".join(lines)
+    lines.append("calls (torch -> Flax [by signal], in the order they return):")
+    lines += [f"  {p.torch.path or '(model)'} ({p.torch.type_name}) -> "
+              f"{p.flax.path or '(model)'} ({p.flax.type_name}) [{p.signal}]"
+              for p in alignment.calls]
+    for side, left in (("torch", alignment.unpaired_torch), ("Flax", alignment.unpaired_flax)):
+        lines.append(f"left unpaired, {side}: "
+                     + (", ".join(n or "(model)" for n in left) or "none"))
+        lines += [f"  {n or '(model)'}: {why}" for n, why in left.items() if why]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- module calls
@@ -177,20 +298,6 @@ def _named_leftovers(t_calls, f_calls, pairs, t_pinned, f_pinned, channels_last)
                 and any(j < i and start > c.start for j, start in at_paired)]
 
     return _align(enclosers(t_calls, t_pinned), enclosers(f_calls, f_pinned), channels_last)
-
-
-def format_alignment(weights: WeightMap, pairs: list[CallPair], unpaired_torch: list[str],
-                     unpaired_flax: list[str]) -> str:
-    """The alignment as text: the weight pairs, the call pairs (each with the signal that
-    made it), and the modules left on each side."""
-    lines = ["weights (torch -> Flax [layout rule, by signal]):"]
-    lines += [f"  {line}" for line in weights.format().splitlines()]
-    lines.append("calls (torch -> Flax [by signal], in the order they return):")
-    lines += [f"  {p.torch.path or '(model)'} ({p.torch.type_name}) -> "
-              f"{p.flax.path or '(model)'} ({p.flax.type_name}) [{p.signal}]" for p in pairs]
-    lines.append("left unpaired, torch: " + (", ".join(unpaired_torch) or "none"))
-    lines.append("left unpaired, Flax: " + (", ".join(unpaired_flax) or "none"))
-    return "\n".join(lines)
 
 
 def _family(c: Call) -> str:
@@ -427,17 +534,18 @@ def _prefixes(names, sep: str) -> set[str]:
     return out
 
 
-def _explicit(name_map, source, t_layers, f_layers, order) -> dict[str, FlaxLayer]:
+def _explicit(name_map: Mapping[str, str], torch_desc: ModelDescription,
+              flax_desc: ModelDescription) -> dict[str, FlaxLayer]:
     """The name_map entries between layers with weights; entries naming modules without
     weights on both sides are for ``pair_calls``; the rest raise."""
+    t_layers, f_layers = torch_desc.layers(), flax_desc.layers()
     t_by_name = {t.name: t for t in t_layers}
     f_by_path = {f.path: f for f in f_layers}
-    t_modules = ({n for n, _ in source.named_modules()} if hasattr(source, "named_modules")
-                 else _prefixes(t_by_name, "."))
-    f_modules = _prefixes(list(f_by_path) + list(order or []), "/")
+    t_modules = {m.name for m in torch_desc.modules} | _prefixes(t_by_name, ".")
+    f_modules = _prefixes([m.name for m in flax_desc.modules]
+                          + list(flax_desc.order or []), "/")
     explicit: dict[str, FlaxLayer] = {}
-    for t_name, f_path in (name_map or {}).items():
-        f_path = _path(f_path)
+    for t_name, f_path in name_map.items():
         if t_name not in t_modules:
             raise ValueError(f"name_map: no torch module {t_name!r}; torch's modules with "
                              f"weights are {', '.join(repr(t.name) for t in t_layers)}")
@@ -459,10 +567,18 @@ def match_weights(source, target, name_map: Mapping[str, Any] | None = None,
                   order: list[str] | None = None) -> WeightMap:
     """Pair the layers of a torch module (or state dict) with those of linen variables or an
     nnx model; ``order`` is the order the Flax model calls its modules (module paths), or
-    None when unknown (see the module docstring). Raises ValueError listing everything
-    left over, or every pairing left open."""
-    all_t, f_layers = torch_layers(source), flax_layers(target, order)
-    explicit = _explicit(name_map, source, all_t, f_layers, order)
+    None when unknown (see the module docstring). The weight pairs of ``align`` on the two
+    models' descriptions. Raises ValueError listing everything left over, or every pairing
+    left open."""
+    return align(describe_torch(source), describe_flax(target, order=order), name_map).weights
+
+
+def _match_weights(torch_desc: ModelDescription, flax_desc: ModelDescription,
+                   name_map: Mapping[str, str]) -> WeightMap:
+    """The weight pairs of two descriptions (see the module docstring)."""
+    all_t, f_layers = torch_desc.layers(), flax_desc.layers()
+    order = flax_desc.order
+    explicit = _explicit(name_map, torch_desc, flax_desc)
     # A tied layer (its tensors an earlier module's) needs no Flax layer of its own.
     tied = [t for t in all_t if t.tied and t.name not in explicit]
     t_layers = [t for t in all_t if all(t is not u for u in tied)]

@@ -1,6 +1,7 @@
-"""How a Flax model calls its modules: the order (``call_order``: what the weight pairing
-goes by) and each call's inputs, outputs and cotangents (``run``: what ``compare_layers``
-compares).
+"""How a Flax model calls its modules: an abstract run (``trace``: each call's input and
+output shapes, in the order they return; what ``parity.description`` describes the model
+by) and a run on values (``run``: each call's inputs, outputs and cotangents, what
+``compare_layers`` compares).
 
 Calls are seen through one hook for both APIs: linen's ``nn.intercept_methods`` (the
 mechanism behind ``capture_intermediates``), and for nnx the modules' ``__call__``,
@@ -28,7 +29,7 @@ from .convert import output_leaves, to_numpy
 from .calls import Call, Run
 from .layout import get_value, is_nnx_module, nnx_modules, set_value
 
-__all__ = ["Program", "Shadow", "call_order", "order", "program", "run", "trace"]
+__all__ = ["Program", "Shadow", "order", "program", "run", "trace"]
 
 Hook = Callable[[str, str, Callable, tuple, dict], Any]
 
@@ -272,32 +273,6 @@ def trace(prog: Program, x) -> tuple[list[Call], str | None]:
     except Exception as e:  # noqa: BLE001 - a port that fails to run: its calls up to there
         return calls, short_exc(e)
     return calls, None
-
-
-def call_order(model, variables, x, kwargs: Mapping[str, Any] | None = None) -> list[str]:
-    """Module paths in the order the model first calls them (an abstract run of
-    ``model.apply(variables, x)``, or of the nnx model on ``x``): the order of its layers,
-    whatever order its variables come in. The one place this order is computed."""
-    calls, error = trace(program(model, variables, kwargs), x)
-    if error is not None:
-        # The variables' own order is no substitute (jit and tree_map sort them): say why.
-        given = ", ".join(sorted(kwargs or {})) or "none"
-        if any(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree_util.tree_leaves(variables)):
-            raise ValueError(
-                f"running the Flax model on x (shape {tuple(np.shape(x))}) to record the order "
-                f"it calls its modules raised {error}. The target holds shapes only "
-                "(ShapeDtypeStruct leaves, from jax.eval_shape), which is enough for a model "
-                "that does not read its variables' values while it runs; for one that does, "
-                "pass arrays (jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), "
-                "shapes)), or check flax_kwargs (given: " + given + ") and x's layout and "
-                "dtype")
-        raise ValueError(
-            f"running the Flax model on x (shape {tuple(np.shape(x))}, dtype "
-            f"{np.asarray(x).dtype if not hasattr(x, 'dtype') else x.dtype}) to record the "
-            f"order it calls its modules raised {error}. Pass the call's other arguments as "
-            f"flax_kwargs={{...}} (given: {given}) and x in the layout and dtype the model "
-            "takes; or leave out model= and x= to pair by names and shapes alone")
-    return order(calls)
 
 
 def order(calls: list[Call]) -> list[str]:

@@ -4,7 +4,10 @@
     parity.load_torch_weights(torch_model, nnx_model)               # nnx: updated in place
     parity.to_torch_weights(variables_or_nnx_model, torch_model)    # back, in place
 
-Layers are paired by ``parity.pairing``: by ``name_map``, then by names that agree (up to
+Each side is described once (``parity.description``: its modules, parameters and ties, and
+for the Flax model, where ``model=`` and ``x=`` are given, the calls of one abstract run),
+and the two descriptions are aligned once (``parity.pairing.align``); the load reads the
+alignment's weight pairs. Layers pair by ``name_map``, then by names that agree (up to
 separators, index style and a shared prefix), then the one layer that fits by kind and shape,
 then, where the model and an example input are given (``model=``, ``x=``; for nnx, ``x=``
 alone), torch's registration order against the order the model calls its modules, unless the
@@ -50,8 +53,8 @@ ConvTranspose with as many input as output channels fits both kernel layouts: fo
 variables the default (flipped) layout is assumed; an nnx model says which it uses.
 
 The layer types and the rules are ``parity.layout``'s (their names are also here); this
-module is the top of the loading side: the pairing (``parity.pairing``) and the order the
-model calls its modules (``parity.record_flax``) come from below it.
+module is the top of the loading side: the descriptions (``parity.description``) and the
+alignment (``parity.pairing``) come from below it.
 """
 
 from __future__ import annotations
@@ -62,11 +65,11 @@ from typing import Any
 import torch
 
 from .convert import to_jax, to_numpy, to_torch
+from .description import describe_flax, describe_torch, flax_layers, torch_layers
 # The layer types and layout rules live in parity.layout; they keep their names here too.
-from .layout import (LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, flax_layers, get_value,
-                     is_nnx_module, nnx_modules, set_value, torch_layers)
-from .pairing import WeightMap, match_weights
-from .record_flax import call_order
+from .layout import (LAYOUT_RULES, FlaxLayer, LayoutRule, TorchLayer, get_value,
+                     is_nnx_module, nnx_modules, set_value)
+from .pairing import Alignment, align
 
 __all__ = ["LAYOUT_RULES", "FlaxLayer", "LayoutRule", "TorchLayer", "fill", "flax_layers",
            "get_value", "is_nnx_module", "leaf_values", "load_torch_weights", "nnx_modules",
@@ -101,41 +104,32 @@ def load_torch_weights(source, target, *, model=None, x=None,
       ValueError: listing every torch tensor left unmatched, every Flax leaf left unset and
         every shape that disagrees, or every pairing that only a guess could make.
     """
-    return fill(match_weights(source, target, name_map, _order(target, model, x, flax_kwargs)),
-                target)
+    # The Flax side first: a run that fails says so before anything else is read.
+    flax_desc = describe_flax(target, model, x, flax_kwargs)
+    return fill(align(describe_torch(source), flax_desc, name_map), target)
 
 
-def _order(target, model, x, kwargs) -> list[str] | None:
-    """The order the Flax model calls its modules, where a model and an input say it."""
-    if is_nnx_module(target):
-        if model is not None and model is not target:
-            raise ValueError("model: for an nnx target, pass x alone (the target is the model)")
-        return None if x is None else call_order(target, None, to_jax(x), kwargs)
-    if (model is None) != (x is None):
-        raise ValueError("model and x go together: the linen model and an example input "
-                         f"(got model={type(model).__name__}, x={type(x).__name__})")
-    return None if model is None else call_order(model, target, to_jax(x), kwargs)
-
-
-def fill(weights: WeightMap, target, only: set | None = None, dtype=None):
-    """Copy the torch side of ``weights`` (from ``parity.pairing.match_weights``) into
+def fill(alignment: Alignment, target, only: set | None = None, dtype=None):
+    """Copy the torch side of the alignment's weight pairs (``parity.pairing.align``) into
     ``target`` (see ``load_torch_weights``): the variables or nnx model it was made from, or
     one of the same structure (its leaves found by module path and name); ``only``: just
     these (Flax module path, leaf) pairs; ``dtype``: the values' dtype (by default the
     receiving leaf's)."""
+    pairs = alignment.weights.pairs
+
     def wanted(pair, leaf):
         return only is None or (pair.flax.path, leaf) in only
 
-    if is_nnx_module(target):
+    if not isinstance(target, Mapping):  # an nnx model
         modules = dict(nnx_modules(target))
-        for pair in weights.pairs:
+        for pair in pairs:
             for t_name, f_name in pair.tensors():
                 if wanted(pair, f_name):
                     var = getattr(modules[pair.flax.path], f_name)
                     set_value(var, _to_flax_array(pair, t_name, dtype or get_value(var).dtype))
         return target
     new = {p.flax.path: {f: _to_flax_array(p, t, dtype or p.flax.leaves[f][1].dtype)
-                         for t, f in p.tensors() if wanted(p, f)} for p in weights.pairs}
+                         for t, f in p.tensors() if wanted(p, f)} for p in pairs}
     return _rebuild(target, (), new)
 
 
@@ -173,10 +167,10 @@ def to_torch_weights(source, torch_module: torch.nn.Module, *, model=None, x=Non
     ``x``, ``name_map``). Returns ``torch_module``."""
     if not isinstance(torch_module, torch.nn.Module):
         raise TypeError(f"torch_module must be a torch.nn.Module, got {type(torch_module).__name__}")
-    weights = match_weights(torch_module, source, name_map,
-                            _order(source, model, x, flax_kwargs))
+    flax_desc = describe_flax(source, model, x, flax_kwargs)
+    alignment = align(describe_torch(torch_module), flax_desc, name_map)
     with torch.no_grad():
-        for pair in weights.pairs:
+        for pair in alignment.weights.pairs:
             for t_name, f_name in pair.tensors():
                 leaf = pair.flax.leaves[f_name]
                 value = to_numpy(leaf[1] if isinstance(leaf, tuple) else get_value(leaf))
