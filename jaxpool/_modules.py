@@ -415,6 +415,106 @@ class GlobalMaxPool(_GlobalPool):
     function = staticmethod(jaxpool.global_max_pool)
 
 
+# --- fractional max pooling ----------------------------------------------------------------
+
+from jaxpool.fractional import Ratio  # noqa: E402
+
+RNG_STREAM = "fractional"
+"""The random stream the fractional max pools draw their samples from, by default:
+``jaxpool.linen``'s rng stream (``apply(..., rngs={"fractional": key})``), the stream of the
+``nnx.Rngs`` that ``jaxpool.nnx``'s modules are given (``nnx.Rngs(fractional=0)``; an
+``Rngs`` without it gives its ``default`` stream). Each module's ``rng_collection`` names
+another, as ``flax``'s ``Dropout`` does."""
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class FractionalMaxPool(Pool):
+    """What the fractional max pooling descriptions share: torch.nn.FractionalMaxPool's
+    fields (its ``_random_samples`` is the call's ``samples``), and a call that takes the
+    samples, or the key to draw them from."""
+
+    kernel_size: Size
+    output_size: Size | None = None
+    output_ratio: Ratio | None = None
+    return_indices: bool = False
+    channels_last: bool = True
+
+    def __call__(self, x: ArrayLike, samples: ArrayLike | None = None, *,
+                 key: ArrayLike | None = None) -> Any:
+        """Pools ``x`` over the windows that ``samples`` place (``[N, C, d]`` in ``[0, 1)``
+        in ``x``'s dtype, N = 1 for one unbatched example), or samples drawn from ``key``
+        (exactly one of the two); layout and result as in the class docstring."""
+        return self.function(x, self.kernel_size, self.output_size, self.output_ratio,
+                             self.return_indices, samples, key=key,
+                             channels_last=self.channels_last)
+
+
+class FractionalMaxPool2d(FractionalMaxPool):
+    """2d fractional max pooling, as ``torch.nn.FractionalMaxPool2d(kernel_size, output_size,
+    output_ratio, return_indices)``: windows of ``kernel_size`` placed by one random sample
+    per (batch, channel) plane and axis, as ``jaxpool.fractional_max_pool2d``.
+
+    ``[B, H, W, C]`` or ``[H, W, C]`` (channels-last, the default) or ``[B, C, H, W]`` /
+    ``[C, H, W]`` with ``channels_last=False`` -> H, W = ``output_size`` (or ``int(extent *
+    output_ratio)``). With ``return_indices=True``, ``(values, indices)``: torch's flat
+    index ``h * W + w`` of each maximum in its plane.
+
+    The samples are drawn afresh on every call, as torch's module draws them: in
+    ``jaxpool.linen`` from the ``"fractional"`` rng stream (``apply(..., rngs={"fractional":
+    key})``), in ``jaxpool.nnx`` from the ``rngs`` given at construction (or to the call),
+    in ``jaxpool.equinox`` from the call's ``key``; ``rng_collection`` names another
+    stream (linen and nnx). A call may give them instead, ``pool(x, samples)``: ``[B, C,
+    2]`` (``[1, C, 2]`` for one example) in ``[0, 1)`` in ``x``'s dtype, ``(u_W, u_H)``
+    as torch's ``_random_samples``.
+
+        >>> x = jnp.arange(2 * 9 * 9 * 3.0).reshape(2, 9, 9, 3)
+        >>> pool = jaxpool.linen.FractionalMaxPool2d(2, output_ratio=0.5)
+        >>> pool.apply({}, x, rngs={"fractional": jax.random.key(0)}).shape
+        (2, 4, 4, 3)
+        >>> from flax import nnx
+        >>> pool = jaxpool.nnx.FractionalMaxPool2d(3, 5, rngs=nnx.Rngs(fractional=0))
+        >>> pool(x).shape
+        (2, 5, 5, 3)
+        >>> pool(x, jnp.full((2, 3, 2), 0.5)).shape  # the samples given, not drawn
+        (2, 5, 5, 3)
+    """
+
+    function = staticmethod(jaxpool.fractional_max_pool2d)
+
+
+class FractionalMaxPool3d(FractionalMaxPool):
+    """3d fractional max pooling, as ``torch.nn.FractionalMaxPool3d(kernel_size, output_size,
+    output_ratio, return_indices)``: windows of ``kernel_size`` placed by one random sample
+    per (batch, channel) volume and axis, as ``jaxpool.fractional_max_pool3d``.
+
+    ``[B, D, H, W, C]`` or ``[D, H, W, C]`` (channels-last, the default) or
+    ``[B, C, D, H, W]`` / ``[C, D, H, W]`` with ``channels_last=False`` -> D, H, W =
+    ``output_size`` (or ``int(extent * output_ratio)``). With ``return_indices=True``,
+    ``(values, indices)``: torch's flat index ``(d * H + h) * W + w`` of each maximum.
+
+    The samples are drawn afresh on every call, as torch's module draws them: in
+    ``jaxpool.linen`` from the ``"fractional"`` rng stream (``apply(..., rngs={"fractional":
+    key})``), in ``jaxpool.nnx`` from the ``rngs`` given at construction (or to the call),
+    in ``jaxpool.equinox`` from the call's ``key``; ``rng_collection`` names another
+    stream (linen and nnx). A call may give them instead, ``pool(x, samples)``: ``[B, C,
+    3]`` (``[1, C, 3]`` for one example) in ``[0, 1)`` in ``x``'s dtype, ``(u_D, u_H,
+    u_W)`` as torch's ``_random_samples``.
+
+        >>> x = jnp.ones((1, 8, 8, 8, 2))
+        >>> pool = jaxpool.linen.FractionalMaxPool3d(2, output_size=(3, 4, 5))
+        >>> pool.apply({}, x, rngs={"fractional": jax.random.key(0)}).shape
+        (1, 3, 4, 5, 2)
+        >>> from flax import nnx
+        >>> pool = jaxpool.nnx.FractionalMaxPool3d(2, output_ratio=0.5, return_indices=True,
+        ...                                        rngs=nnx.Rngs(0))
+        >>> values, indices = pool(x)
+        >>> values.shape, indices.shape == values.shape
+        ((1, 4, 4, 4, 2), True)
+    """
+
+    function = staticmethod(jaxpool.fractional_max_pool3d)
+
+
 # --- unpooling and padding -----------------------------------------------------------------
 
 from jaxpool import _checks  # noqa: E402

@@ -195,6 +195,23 @@ class PixelShuffle(_Module, _modules.PixelShuffle): ...
 class PixelUnshuffle(_Module, _modules.PixelUnshuffle): ...
 
 
+class _Fractional(_Module):
+    """The Equinox side of the fractional max pools: the samples, or the key to draw them
+    from, per call."""
+
+    def __call__(self, x: ArrayLike, samples: ArrayLike | None = None, *,
+                 key: Any = None) -> Any:
+        """``x`` pooled over windows placed by ``samples`` (``[N, C, d]`` in ``[0, 1)``, N
+        = 1 for one example) or by samples drawn from ``key`` (a ``jax.random`` key; exactly
+        one of the two), layout and result as in the class docstring."""
+        call: Callable[..., Any] = _modules.FractionalMaxPool.__call__
+        return call(self, x, samples, key=key)
+
+
+class FractionalMaxPool2d(_Fractional, _modules.FractionalMaxPool2d): ...
+class FractionalMaxPool3d(_Fractional, _modules.FractionalMaxPool3d): ...
+
+
 class _Arrays(_Module):
     """The Equinox side of a description whose call takes several arrays."""
 

@@ -7,6 +7,10 @@ torch.nn's order, docstring, call) on ``flax.linen.Module``: ``MaxPool2d(3, 2, 1
 ``[B, C, *spatial]``.
 """
 
+import typing
+
+from jax.typing import ArrayLike
+
 from jaxpool import _modules
 
 try:
@@ -71,6 +75,35 @@ class ZeroPad3d(_Pad, _modules.ZeroPad3d): ...
 class ConstantPad1d(_Pad, _modules.ConstantPad1d): ...
 class ConstantPad2d(_Pad, _modules.ConstantPad2d): ...
 class ConstantPad3d(_Pad, _modules.ConstantPad3d): ...
+
+
+class _Fractional(nn.Module):
+    """The linen side of the fractional max pools: the samples from an rng stream."""
+
+    rng_collection: str = _modules.RNG_STREAM
+    """The rng stream the samples are drawn from (``apply(..., rngs={name: key})``)."""
+
+    def __call__(self, x: ArrayLike, samples: ArrayLike | None = None) -> typing.Any:
+        """Pools ``x`` over windows placed by ``samples`` if given, else by samples drawn
+        from the ``rng_collection`` stream (layout and result as in the class docstring)."""
+        key = None
+        if samples is None:
+            # make_rng falls back to "params" (which init(key, x) has), as for flax's Dropout
+            if not (self.has_rng(self.rng_collection) or self.has_rng("params")):
+                raise ValueError(
+                    f"{type(self).__name__} draws its samples from the rng stream "
+                    f"{self.rng_collection!r}, which this call has not: apply(variables, x, "
+                    f"rngs={{{self.rng_collection!r}: key}}), or pass the samples to the "
+                    f"call")
+            key = self.make_rng(self.rng_collection)
+        return _modules.FractionalMaxPool.__call__(self, x, samples,  # type: ignore[arg-type]
+                                                   key=key)
+
+
+class FractionalMaxPool2d(_Fractional, _modules.FractionalMaxPool2d): ...  # type: ignore[misc]
+class FractionalMaxPool3d(_Fractional, _modules.FractionalMaxPool3d): ...  # type: ignore[misc]
+
+
 class Upsample(_Module, _modules.Upsample): ...
 class UpsamplingNearest2d(_Module, _modules.UpsamplingNearest2d): ...
 class UpsamplingBilinear2d(_Module, _modules.UpsamplingBilinear2d): ...

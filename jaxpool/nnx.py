@@ -7,7 +7,14 @@ compiles one program per configuration. They take ``[B, *spatial, C]`` (what Fla
 convolutions produce); ``channels_last=False`` takes torch's ``[B, C, *spatial]``.
 """
 
+import typing
+
+import jax
+from jax.typing import ArrayLike
+
 from jaxpool import _modules
+from jaxpool.fractional import Ratio
+from jaxpool.pooling import Size
 
 try:
     from flax import nnx
@@ -50,6 +57,54 @@ class ZeroPad3d(nnx.Module, _modules.ZeroPad3d): ...
 class ConstantPad1d(nnx.Module, _modules.ConstantPad1d): ...
 class ConstantPad2d(nnx.Module, _modules.ConstantPad2d): ...
 class ConstantPad3d(nnx.Module, _modules.ConstantPad3d): ...
+
+
+class _Fractional(nnx.Module):
+    """The nnx side of the fractional max pools: the samples from an ``nnx.Rngs`` stream."""
+
+    def __init__(self, kernel_size: Size, output_size: Size | None = None,
+                 output_ratio: Ratio | None = None, return_indices: bool = False,
+                 channels_last: bool = True, *, rng_collection: str = _modules.RNG_STREAM,
+                 rngs: nnx.Rngs | nnx.RngStream | None = None) -> None:
+        """torch.nn's arguments, the layout, and where the samples come from: the stream
+        ``rng_collection`` of ``rngs`` (an ``nnx.Rngs``; or an ``nnx.RngStream``), as
+        ``nnx.Dropout``'s."""
+        if rngs is not None and not isinstance(rngs, (nnx.Rngs, nnx.RngStream)):
+            raise TypeError(f"{type(self).__name__}: rngs must be an nnx.Rngs, an "
+                            f"nnx.RngStream or None, got {rngs!r}")
+        _modules.FractionalMaxPool.__init__(self, kernel_size,  # type: ignore[arg-type]
+                                            output_size, output_ratio, return_indices,
+                                            channels_last)
+        self.rng_collection = rng_collection
+        self.rngs = rngs
+
+    def __call__(self, x: ArrayLike, samples: ArrayLike | None = None, *,
+                 rngs: nnx.Rngs | nnx.RngStream | jax.Array | None = None) -> typing.Any:
+        """Pools ``x`` over windows placed by ``samples`` if given, else by samples drawn
+        from ``rngs`` (the call's, else the module's: an ``nnx.Rngs``, an ``nnx.RngStream``
+        or a ``jax.random`` key); layout and result as in the class docstring."""
+        key = None
+        if samples is None:
+            source = self.rngs if rngs is None else rngs
+            if source is None:
+                raise ValueError(
+                    f"{type(self).__name__} has no random stream to draw its samples from: "
+                    f"give it rngs=nnx.Rngs({self.rng_collection}=seed) (at construction or "
+                    f"to the call), or pass the samples to the call")
+            if isinstance(source, nnx.Rngs):
+                key = source[self.rng_collection]()
+            elif isinstance(source, nnx.RngStream):
+                key = source()
+            else:
+                key = source
+        return _modules.FractionalMaxPool.__call__(self, x, samples,  # type: ignore[arg-type]
+                                                   key=key)
+
+
+class FractionalMaxPool2d(_Fractional, _modules.FractionalMaxPool2d): ...  # type: ignore[misc]
+class FractionalMaxPool3d(_Fractional, _modules.FractionalMaxPool3d): ...  # type: ignore[misc]
+
+
 class Upsample(nnx.Module, _modules.Upsample): ...
 class UpsamplingNearest2d(nnx.Module, _modules.UpsamplingNearest2d): ...
 class UpsamplingBilinear2d(nnx.Module, _modules.UpsamplingBilinear2d): ...

@@ -172,7 +172,7 @@ def test_fields_are_torch_nn_arguments_in_its_order_then_channels_last(api, name
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    for test in finder.find(_modules, globs={"jaxpool": jaxpool, "jnp": jnp}):
+    for test in finder.find(_modules, globs={"jax": jax, "jaxpool": jaxpool, "jnp": jnp}):
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
 

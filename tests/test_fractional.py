@@ -565,3 +565,54 @@ def test_a_window_torch_puts_outside_is_an_error_as_torch():
     with pytest.raises(ValueError, match=r"samples\[0, 0, 0\] = 0.5 starts window"):
         fractional_max_pool2d(jnp.asarray(x, jnp.bfloat16), 1, (1, 135),
                               samples=jnp.asarray(s, jnp.bfloat16))
+
+
+# --- parity's suite: both sides get the same samples ----------------------------------------
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_suites_cases_give_both_sides_the_same_samples(dims):
+    """Each case of ``python -m parity`` draws its samples once, ``[N, C, d]`` in [0, 1) in
+    its dtype, and gives them to jaxpool as ``samples`` and to torch as
+    ``_random_samples``: its torch side is torch's function on those samples, not on samples
+    torch draws."""
+    from parity.suite import grid
+
+    cases = [c for c in grid.quick_cases(ops=[f"fractional_max_pool{dims}d"])
+             if isinstance(c, grid.Case)]
+    for case in cases:
+        samples = case.drawn()["samples"]
+        batch = case.shape[0] if len(case.shape) == dims + 2 else 1
+        assert samples.shape == (batch, case.shape[-dims - 1], dims), case.key
+        assert samples.dtype == grid.DTYPES[case.dtype], case.key
+        assert ((samples >= 0) & (samples < 1)).all(), case.key
+    case = next(c for c in cases if c.dtype == "float64" and not c.special)
+    x, = case.inputs()
+    jax_fn, torch_fn = case.functions()
+    kw = dict(case.kwargs, return_indices=True)
+    moved = lambda a: np.moveaxis(a, -1, -dims - 1) if case.channels_last else a
+    want = _torch(dims, moved(x), kw.pop("kernel_size"), case.drawn()["samples"], **{
+        k: v for k, v in kw.items() if k != "return_indices"})
+    got = torch_fn(torch.from_numpy(x)), jax_fn(jnp.asarray(x))
+    for side in got:
+        for g, w in zip(side, want, strict=True):
+            _same_bits(moved(np.asarray(g)), w)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_suites_bad_calls_raise_for_their_arguments_on_torchs_side(dims):
+    """torch's side of each bad call raises for the argument the call gets wrong, not for
+    jaxpool's name ``samples``; the same call with good arguments returns."""
+    from jaxpool import registry
+    from parity.suite import ops
+
+    op = f"fractional_max_pool{dims}d"
+    torch_fn = ops.torch_error_fn(op)
+    for label, shapes, kw in registry.SPECS[op].errors:
+        x = torch.zeros(shapes[0], dtype=torch.float64)
+        with pytest.raises((RuntimeError, ValueError, TypeError, IndexError)) as info:
+            torch_fn(x, **{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                           for k, v in kw.items()})
+        assert "keyword" not in str(info.value), (label, str(info.value))
+    x = torch.zeros((1, 2) + (7,) * dims, dtype=torch.float64)
+    out = torch_fn(x, 2, 3, None, False, torch.full((1, 2, dims), 0.5))
+    assert tuple(out.shape) == (1, 2) + (3,) * dims

@@ -70,7 +70,8 @@ class Case:
         """Arguments and input shape, e.g. ``[2,3,7,9] k=3 s=2 p=1 ceil``."""
         short = {"kernel_size": "k", "stride": "s", "padding": "p", "output_size": "out",
                  "divisor_override": "div", "dilation": "d", "norm_type": "norm",
-                 "scale_factor": "scale", "upscale_factor": "r", "downscale_factor": "r"}
+                 "scale_factor": "scale", "upscale_factor": "r", "downscale_factor": "r",
+                 "output_ratio": "ratio"}
         flags = {"ceil_mode": ("ceil", "floor"), "count_include_pad": ("pad-counted",
                  "pad-excluded"), "return_indices": ("indices", "no-indices"),
                  "align_corners": ("align-corners", "half-pixel"),
@@ -160,8 +161,22 @@ class Case:
         assert tuple(indices.shape) == self.shape, (self.key, tuple(indices.shape))
         return indices.numpy()
 
+    def drawn(self) -> dict[str, np.ndarray]:
+        """Arrays that both sides take by keyword, drawn once from the case's seed and never
+        differentiated: fractional max pooling's samples ``[N, C, d]`` (N = 1 unbatched),
+        uniform in ``[0, 1)`` in the case's dtype (jaxpool's ``samples``, torch's
+        ``_random_samples``)."""
+        if OPS[self.op].kind != "fractional_max_pool":
+            return {}
+        rng = np.random.default_rng([self.seed, 1])  # (the inputs draw from the seed alone)
+        dtype = DTYPES[self.dtype]
+        batch = self.shape[0] if len(self.shape) == self.ndim + 2 else 1
+        u = rng.random((batch, self.shape[-self.ndim - 1], self.ndim)).astype(dtype)
+        below_one = dtype.type(1 - float(ml_dtypes.finfo(dtype).epsneg))
+        return {"samples": np.minimum(u, below_one)}  # (rounding may have reached 1)
+
     def functions(self) -> tuple[Callable, Callable]:
-        kw = dict(self.kwargs)
+        kw = dict(self.kwargs, **self.drawn())
         return (jax_counterpart(self.op, kw, self.channels_last),
                 torch_counterpart(self.op, kw, self.channels_last))
 
@@ -403,6 +418,11 @@ _VALUES_ONLY: dict[str, list[tuple[tuple[int, ...], dict[str, Any], str, bool]]]
     "adaptive_max_pool3d": _ties((1, 2, 5, 6, 7), dict(output_size=(3, 4, 2),
                                                         return_indices=True)),
     "global_max_pool": _ties((2, 3, 5, 7), dict()),
+    "fractional_max_pool2d": [((1, 2, 6, 7), dict(kernel_size=2, output_size=(4, 3),
+                                                  return_indices=True), "nonfinite", False)]
+    + _ties((2, 3, 7, 9), dict(kernel_size=(3, 2), output_size=(4, 5), return_indices=True)),
+    "fractional_max_pool3d": _ties((1, 2, 5, 6, 7), dict(kernel_size=2, output_size=(3, 4, 5),
+                                                          return_indices=True)),
     "lp_pool1d": [((2, 3, 11), dict(norm_type=3, kernel_size=3, stride=2), "negative sums",
                    False)],
     "lp_pool2d": [((1, 2, 6, 7), dict(norm_type=2, kernel_size=2), "nonfinite", False)],

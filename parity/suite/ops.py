@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..convert import output_leaves
+from ..convert import output_leaves, to_torch
 
 __all__ = ["MAX_KINDS", "OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn"]
 
@@ -44,8 +44,24 @@ def _torch_avg(ndim: int) -> Callable[[dict], Callable]:
     return build
 
 
-def _torch_fn(fn) -> Callable[[dict], Callable]:
-    return lambda kwargs: (lambda *arrays: fn(*arrays, **kwargs))
+def _torch_fn(fn, names: dict[str, str] | None = None) -> Callable[[dict], Callable]:
+    """``fn`` on the arrays, with the keyword arguments; those that torch names otherwise
+    (``names``: jaxpool's name -> torch's) renamed, each as a tensor in the first array's
+    dtype (torch asks for its input's; a half-precision case's float64 reference runs on
+    float64 inputs)."""
+    if not names:
+        return lambda kwargs: (lambda *arrays: fn(*arrays, **kwargs))
+
+    def build(kwargs):
+        def call(*arrays):
+            kw = {names.get(k, k): (to_torch(v).to(arrays[0].dtype)
+                                    if k in names and v is not None else v)
+                  for k, v in kwargs.items()}
+            return fn(*arrays, **kw)
+
+        return call
+
+    return build
 
 
 def _torch_global(reduce: str) -> Callable[[dict], Callable]:
@@ -58,7 +74,7 @@ class Op:
     # spatial axes; None: every axis after [B, C] (interpolate), or one per pair of ``pad``
     ndim: int | None
     kind: str  # "avg", "adaptive", "global", "max", "adaptive_max", "lp", "global_max",
-    #            "interpolate", "unpool", "pad", "shuffle"
+    #            "interpolate", "unpool", "pad", "shuffle"; else the spec's family
     params: tuple[str, ...]  # positional arguments after the arrays, in torch's order
     torch: Callable[[dict], Callable]  # keyword arguments -> torch function of the arrays
     # (channels-first)
@@ -74,13 +90,17 @@ class Op:
 
 
 # The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
-MAX_KINDS = ("max", "adaptive_max", "global_max")
+MAX_KINDS = ("max", "adaptive_max", "global_max", "fractional_max_pool")
 
 # The suite's kind of each family of jaxpool.registry (its argument sets and error calls).
 _KINDS = {"avg_pool": "avg", "adaptive_avg_pool": "adaptive", "global_avg_pool": "global",
           "max_pool": "max", "adaptive_max_pool": "adaptive_max", "lp_pool": "lp",
           "global_max_pool": "global_max", "interpolate": "interpolate",
           "max_unpool": "unpool", "pad": "pad", "pixel_shuffle": "shuffle"}
+
+# jaxpool's arguments that torch names otherwise, by family: fractional max pooling's
+# samples are torch's ``_random_samples``.
+_TORCH_NAMES = {"fractional_max_pool": {"samples": "_random_samples"}}
 
 # torch twins that are not ``torch_fn(twin)``.
 _TORCH_BUILDERS = {"avg": _torch_avg, "global": lambda ndim: _torch_global("mean"),
@@ -104,7 +124,7 @@ def _from_spec(spec) -> Op:
     params = tuple(p.name for p in parameters[len(spec.arrays):]
                    if p.kind is p.POSITIONAL_OR_KEYWORD)
     torch_fn = (_TORCH_BUILDERS[kind](spec.ndim) if kind in _TORCH_BUILDERS
-                else _torch_fn(_resolve(spec.torch)))
+                else _torch_fn(_resolve(spec.torch), _TORCH_NAMES.get(spec.family)))
     return Op(spec.ndim, kind, params, torch_fn, arrays=len(spec.arrays))
 
 
