@@ -310,3 +310,57 @@ def test_the_parity_floor_negates_float_inputs_only():
     assert negated.dtype == torch.bfloat16 and (negated == -1).all()
     with pytest.raises(SystemExit):
         parity_floor.main(["--every", "0"])
+
+
+def _tiny_patch_cells():
+    from benchmarks import patches
+
+    return patches.cells(batch=1, boxes=4, mask_boxes=4, channels=2)
+
+
+def test_patches_benchmark_checks_and_times_every_side_on_tiny_cells():
+    from benchmarks import patches
+
+    names = ["tnt-unfold", "volo-fold", "roi-box"]
+    out = patches.run(names, reps=2, min_sample_s=0, built=_tiny_patch_cells())
+    assert [(r["cell"], r["quantity"]) for r in out] == [
+        (c, q) for c in names for q in patches.MODES]
+    peers = {"tnt-unfold": "conv_general_dilated_patches",
+             "volo-fold": "linear_transpose(patches)", "roi-box": "jnp gather"}
+    for r in out:
+        assert set(r["sides"]) == {"jaxpool", "torch", peers[r["cell"]]}, r["cell"]
+        assert all(len(s["samples_ms"]) == 2 for s in r["sides"].values())
+    text = patches.table(out)
+    assert text.count("\n") == len(out) + 1
+    assert "| TNT-S pixel embedding ([1, 24, 56, 56], k4 p0 s4) | fwd |" in text
+    assert "| box head: 4 boxes over P2-P5 (2 ch, 200, 100, 50, 25), 7x7 | fwd |" in text
+
+
+@pytest.mark.parametrize("name,side,constants_too", [
+    ("tnt-unfold", "conv_general_dilated_patches", False),
+    ("roi-box", "jnp gather", True),  # boxes read 2 px (half a P2 pixel) off
+])
+def test_patches_benchmark_raises_on_a_wrong_side(name, side, constants_too):
+    import dataclasses
+
+    from benchmarks import patches
+
+    cell = _tiny_patch_cells()[name]()
+    right = cell.jax[side]
+
+    def wrong(xs, cs):
+        if constants_too:
+            return right(xs, tuple(c.at[:, 1:].add(2.0) for c in cs))
+        return right(xs, cs) * 1.001
+
+    off = dataclasses.replace(cell, jax=dict(cell.jax, **{side: wrong}))
+    with pytest.raises(AssertionError, match=f"{side} {name} fwd"):
+        patches.run([name], reps=1, min_sample_s=0, built={name: lambda: off})
+
+
+def test_patches_benchmark_bad_arguments_exit():
+    from benchmarks import patches
+
+    for argv in (["--cells", "volo,nope"], ["--boxes", "10"], ["--batch", "0"]):
+        with pytest.raises(SystemExit):
+            patches.main(argv)
