@@ -50,13 +50,6 @@ IMAGE = 800
 STRIDES = (4, 8, 16, 32)
 
 
-def _jaxpool_roi_align():
-    """jaxpool's roi_align (the one place that names its module)."""
-    from jaxpool.roi import roi_align
-
-    return roi_align
-
-
 @dataclasses.dataclass(frozen=True)
 class Cell:
     """A benchmark cell: what it is in words, the differentiated inputs' values, the
@@ -131,7 +124,9 @@ def _roi_cell(words, output, boxes, channels, ratio=2) -> Cell:
     P2-P5 (``channels`` each) of one image, each level's boxes pooled from its own map
     (``output`` x ``output`` bins, ``sampling_ratio=ratio``, ``aligned=False``) and the
     results concatenated."""
-    roi_align = _jaxpool_roi_align()
+    import jaxpool
+
+    roi_align = jaxpool.roi_align
     maps = tuple(_normal((1, channels, IMAGE // s, IMAGE // s), 2 + i)
                  for i, s in enumerate(STRIDES))
     rois = _level_boxes(boxes)

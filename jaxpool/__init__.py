@@ -13,6 +13,7 @@ from jaxpool.folding import fold, unfold
 from jaxpool.fractional import fractional_max_pool2d, fractional_max_pool3d
 from jaxpool.grid_sampling import affine_grid, grid_sample
 from jaxpool.padding import pad
+from jaxpool.roi import roi_align
 from jaxpool.resampling import (channel_shuffle, interpolate, pixel_shuffle, pixel_unshuffle, upsample_bilinear,
                                 upsample_nearest)
 
@@ -27,6 +28,7 @@ __all__ = [
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
     "unfold", "fold", "channel_shuffle", "fractional_max_pool2d", "fractional_max_pool3d",
+    "roi_align",
 ]
 
 

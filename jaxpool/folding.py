@@ -2,8 +2,8 @@
 
 ``unfold``: ``[N, C, H, W] -> [N, C*kh*kw, L]``, column ``l`` holding block ``l`` (row-major
 over the ``bh x bw`` blocks), its features channel-major, then the kernel taps row-major
-(``lax.conv_general_dilated_patches`` orders them the other way). ``fold`` is its adjoint:
-each column's entries are added back at their taps, overlaps summed.
+(as ``lax.conv_general_dilated_patches`` gives them on ``NCHW`` input). ``fold`` is its
+adjoint: each column's entries are added back at their taps, overlaps summed.
 
 The windows are fixed by the shapes, so both are written with static slices and pads only:
 ``unfold`` stacks one strided slice of the zero-padded input per tap, ``fold`` adds one

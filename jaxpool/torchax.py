@@ -242,6 +242,23 @@ def _fractional(function):
     return compute
 
 
+def _roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    """``torchvision::roi_align``'s schema (no ``max_sampling_ratio``: adaptive sampling
+    needs concrete boxes, as torchax's eager calls give them)."""
+    return jaxpool.roi_align(x, rois, (pooled_height, pooled_width), spatial_scale,
+                             sampling_ratio, aligned)
+
+
+def _torchvision_ops() -> list[Op]:
+    """torchvision's operators, where torchvision is loaded (jaxpool does not import it:
+    import torchvision before this module to have them)."""
+    try:
+        roi_align = torch.ops.torchvision.roi_align.default
+    except (AttributeError, RuntimeError):
+        return []
+    return [_aten(roi_align, _roi_align)]
+
+
 def _by_schema(function):
     """``function`` called with the ATen schema's arguments by name, the tensor (``self``,
     named ``x`` by the binder) first, whatever the function calls it."""
@@ -321,6 +338,7 @@ def _table() -> tuple[Op, ...]:
                   _fractional(jaxpool.fractional_max_pool2d)),
             _aten(aten.fractional_max_pool3d.default,
                   _fractional(jaxpool.fractional_max_pool3d))]
+    ops += _torchvision_ops()
     # an op's ATen names that need no adapter: the schema's arguments are its function's
     covered = {op.torch_op for op in ops}
     for spec in registry.SPECS.values():

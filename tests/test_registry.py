@@ -105,7 +105,9 @@ def test_the_parity_suite_checks_every_spec_with_its_arguments():
 
     # every op with argument sets; those left out are named here, with why
     missing = {n for n, s in SPECS.items() if s.halo != "delegate"} - set(OPS)
-    assert not missing, missing
+    # roi_align's twin is torchvision's, which does not import beside torch's CPU wheel:
+    # tests/test_roi_align.py checks it against torchvision's algorithm in torch
+    assert missing == {"roi_align"}, missing
     assert all(SPECS[n].family in _KINDS or SPECS[n].samples for n in OPS)
     for name, op in OPS.items():
         assert op.arrays == len(SPECS[name].arrays)
