@@ -6,6 +6,8 @@ still holds each value of each argument (each grid's test checks that it does, w
 ``option_values``). ``-m slow`` runs every case.
 """
 
+from __future__ import annotations
+
 from typing import Iterable, Sequence
 
 import pytest
@@ -25,6 +27,21 @@ def default_share(cases: list, every: int) -> list:
     return [case if i in taken else
             pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
             for i, case in enumerate(cases)]
+
+
+def each_once(cases: list, options: Sequence, ids: Sequence[str] | None = None) -> list:
+    """``(*case, option)`` for ``pytest.mark.parametrize``, for every case and option: the
+    default run takes each case once, with the options in turn (case ``i`` with option
+    ``i % len(options)``, so each option is taken while there are as many cases); the other
+    pairs are marked slow. ``ids``: one per case (the option is appended)."""
+    params = []
+    for i, case in enumerate(cases):
+        case = case if isinstance(case, tuple) else (case,)
+        for j, option in enumerate(options):
+            marks = () if j == i % len(options) else (pytest.mark.slow,)
+            id_ = None if ids is None else f"{ids[i]}-{getattr(option, '__name__', option)}"
+            params.append(pytest.param(*case, option, marks=marks, id=id_))
+    return params
 
 
 def option_values(cases: Iterable[tuple]) -> set:

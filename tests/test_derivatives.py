@@ -13,7 +13,7 @@ import torch
 from jax.test_util import check_jvp, check_vjp
 
 import jaxpool
-from default_share import default_share
+from default_share import default_share, each_once
 from strategy_cases import (CASES, MAX_CASES, MAX_TORCH, TORCH,  # noqa: F401
                             test_every_strategy_has_a_case)
 
@@ -88,10 +88,11 @@ def test_the_jitted_check_sees_a_wrong_third_derivative():
 
 
 # Order-3 finite differences compile large programs (3-10 s a case): the default run
-# checks four (whole-axis max, strided slices, blocks, window-matrix products), `-m slow`
-# every case. The exact derivative tests below (no scatter, torch's Hessian-vector
-# products; vmap on every other case) run by default.
-GRADS_DEFAULT = ("taps long", "blocks channels-last", "matrix", "global max")
+# checks two (whole-axis max, blocks), `-m slow` every case (strided slices and
+# window-matrix products among them). The exact derivative tests below run by default on
+# a spread of the cases (no scatter and vmap on every third, torch's Hessian-vector
+# products on every other one), on every case under -m slow.
+GRADS_DEFAULT = ("blocks channels-last", "global max")
 
 
 @pytest.mark.parametrize("name", [n if n in GRADS_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
@@ -151,7 +152,9 @@ def _lowered(name, program):
     return jax.jit(programs[program]).lower(jnp.asarray(x))
 
 
-@pytest.mark.parametrize("name", list(POOLS))
+# Every third case by default (a spread over the strategies; the max picks' own rule is
+# checked on every case below), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(POOLS), 3))
 def test_no_scatter_at_any_order(name):
     for program in _case(name)[3]:
         ops = _lowered_ops(_lowered(name, program))
@@ -169,7 +172,7 @@ def test_the_scatter_check_can_fail():
 
 
 
-@pytest.mark.parametrize("name", list(REFERENCE))
+@pytest.mark.parametrize("name", default_share(list(REFERENCE), 2))
 def test_hessian_vector_product_matches_torch(name):
     """The scatter check's lowered ``hvp`` program, compiled."""
     x, w, v, _ = _case(name)
@@ -181,9 +184,9 @@ def test_hessian_vector_product_matches_torch(name):
     np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
 
 
-# Every other case by default (vmap's rules are JAX's own for the ops every strategy is
+# Every third case by default (vmap's rules are JAX's own for the ops every strategy is
 # built from; tests/test_sweeps.py runs vmap on every op at small extents), all under -m slow.
-@pytest.mark.parametrize("name", default_share(list(POOLS), 2))
+@pytest.mark.parametrize("name", default_share(list(POOLS), 3))
 def test_vmap_over_unbatched_inputs_equals_the_batched_call(name):
     """One program for the vmapped values and gradients, another for the batched
     gradients (in one program the two could be merged into one computation), against the
@@ -309,8 +312,7 @@ RAGGED_CASES = {"15 -> 4": (4, (2, 3, 15, 15)), "14 -> (3, 5)": ((3, 5), (2, 3, 
                 "5 -> 7 (upsampling)": ((7, 4), (2, 3, 5, 9))}
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("name", list(RAGGED_CASES))
+@pytest.mark.parametrize("name,channels_last", each_once(list(RAGGED_CASES), [False, True]))
 def test_ragged_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
     """As above, for adaptive max pooling of ragged axes."""
     from torch_reference import to_channels_first, to_channels_last
@@ -365,8 +367,8 @@ def test_the_picks_cases_find_winners_both_ways():
     assert set(ways.values()) == {True, False}, ways
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("name", list(PICKS_CASES))
+# Each case in one layout by default (the layouts in turn), both under -m slow.
+@pytest.mark.parametrize("name,channels_last", each_once(list(PICKS_CASES), [False, True]))
 def test_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
     """On tied inputs (ReLU outputs in quarters): values exactly, the gradient, its
     gradient and the forward-mode tangent as torch's (each window's derivative reaches its

@@ -1,4 +1,6 @@
-"""Each example runs end to end in a tiny configuration and reports what it should.
+"""Each example runs end to end in a tiny configuration and reports what it should (the
+longest, wgan_gp.py, segment.py and sharded_volume.py, under -m slow; every script's
+``--help`` by default).
 
 The examples run as users run them: as scripts, each in a fresh process, writing their
 outputs to a temporary folder. The process is forked from one that has imported the
@@ -93,6 +95,10 @@ def test_classifier(tmp_path, runner):
     assert m["test_accuracy"] > 0.2  # ten classes: chance is 0.1
 
 
+# Slow: two seeded training runs (each compiles its steps anew, as the determinism check
+# asks) and the torch check cost about 25 s of CPU. By default a WGAN-GP critic's gradient
+# penalty meets torch's in tests/test_bench_models.py, and this script's --help runs here.
+@pytest.mark.slow
 def test_wgan_gp(tmp_path, runner):
     proc = run(runner, "wgan_gp.py", "--steps", "3", "--n-critic", "1", "--batch-size", "8",
                "--check-torch", out=tmp_path)
@@ -127,6 +133,10 @@ def test_stn(tmp_path, runner):
 # tests/test_sharding.py.
 
 
+# Slow: its training steps and its layer-by-layer parity check in both dtypes cost about
+# 20 s of CPU; SegNet's pools and unpools against torch run by default in tests/test_torchax.py,
+# this script's --help by default here.
+@pytest.mark.slow
 def test_segment(tmp_path, runner):
     proc = run(runner, "segment.py", "--steps", "3", "--size", "16", "--width", "4", out=tmp_path)
     m = metrics(tmp_path, "segment_metrics.json")

@@ -111,16 +111,18 @@ def _to_torch_layout(a, channels_last):
     return np.moveaxis(np.asarray(a), -1, 1) if channels_last and a.ndim > 2 else np.asarray(a)
 
 
-# Both APIs' modules wrap the same functions: the default run takes each module of each API
-# in one layout, linen's channels-last and nnx's channels-first, so that every module runs in
-# both layouts and every API in both; -m slow adds the two other pairs.
-API_LAYOUTS = [("linen", True), ("nnx", False),
-               pytest.param("linen", False, marks=pytest.mark.slow),
-               pytest.param("nnx", True, marks=pytest.mark.slow)]
+# Both APIs' modules wrap the same functions: the default run takes each module once, in
+# linen channels-last and nnx channels-first by turns, so that both APIs and both layouts
+# run; -m slow takes every module in all four (API, layout) pairs.
+API_LAYOUTS = [("linen", True), ("nnx", False), ("linen", False), ("nnx", True)]
+MODULE_PARAMS = [pytest.param(api, channels_last, *module,
+                              marks=() if j == i % 2 else (pytest.mark.slow,),
+                              id=f"{api}-{'last' if channels_last else 'first'}-{module[0]}")
+                 for i, module in enumerate(MODULES)
+                 for j, (api, channels_last) in enumerate(API_LAYOUTS)]
 
 
-@pytest.mark.parametrize("api,channels_last", API_LAYOUTS)
-@pytest.mark.parametrize("name,args,kwargs,shape", MODULES, ids=NAMES)
+@pytest.mark.parametrize("api,channels_last,name,args,kwargs,shape", MODULE_PARAMS)
 def test_module_equals_torch_module_in_a_jitted_model(api, channels_last, name, args, kwargs,
                                                       shape, rng, x64):
     x = rng.standard_normal(shape)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from default_share import default_cases, default_share, option_values
+from default_share import default_cases, default_share, each_once, option_values
 from torch_reference import to_channels_first, to_channels_last
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -122,9 +122,10 @@ def test_max_pool_matches_torch(ndim, args, rng):
                channels_last, rng)
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("ndim,shape,output_size", ADAPTIVE_CASES,
-                         ids=[f"{s}->{o}" for _, s, o in ADAPTIVE_CASES])
+# Each case in one layout by default (the layouts in turn), both under -m slow.
+@pytest.mark.parametrize("ndim,shape,output_size,channels_last",
+                         each_once(ADAPTIVE_CASES, [False, True],
+                                   ids=[f"{s}->{o}" for _, s, o in ADAPTIVE_CASES]))
 def test_adaptive_max_pool_matches_torch(ndim, shape, output_size, channels_last, rng):
     pool = _values_indices_vjp(lambda a: ADAPTIVE_MAX[ndim](a, output_size, True,
                                                             channels_last=channels_last))
@@ -282,7 +283,8 @@ SIGN_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(SIGN_CASES))
+# Every other case by default, every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(SIGN_CASES), 2))
 def test_a_transform_never_changes_a_zeros_sign(name, rng):
     """Inputs of signed zeros (and a few negatives): every window's pick is a zero whose
     sign is torch's, plainly and under every transform."""
@@ -343,8 +345,7 @@ NONFINITE_CASES = {
 }
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("name", list(NONFINITE_CASES))
+@pytest.mark.parametrize("name,channels_last", each_once(list(NONFINITE_CASES), [False, True]))
 def test_non_finite_derivatives_reach_only_the_picks(name, channels_last, rng):
     """On tied inputs, a NaN or inf in the cotangent reaches only the element its window
     picked (torch's backward), and one in the tangent only the windows that picked it

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import jaxpool
 
+from default_share import default_share
 from strategy_cases import CASES, MAX_CASES, MAX_TORCH, TORCH
 
 
@@ -140,7 +141,8 @@ def _derivative_maps(pool, x):
     pytest.param((np.inf, np.inf), True, marks=pytest.mark.slow),
     pytest.param((-np.inf,), True, marks=pytest.mark.slow)],
     ids=["mixed", "mixed-every-way", "two +inf", "-inf"])
-@pytest.mark.parametrize("name", list(DERIVATIVE_CASES))
+# Every other case by default (a spread over the strategies), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 2))
 def test_non_finite_derivatives_stay_where_torch_puts_them(name, values, every_way, rng, x64):
     """A cotangent's NaN or inf reaches only the inputs of the windows that hold it, a
     tangent's only the outputs whose windows hold it, as torch's backward and

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
+from default_share import each_once
 from opinfo_catalog import (Difference, as_numpy, catalog, difference_of, drawn_error_inputs,
                             drawn_samples, first_line, run, short_name)
 
@@ -39,7 +40,8 @@ needs_max = pytest.mark.skipif(not hasattr(jaxpool, "max_pool2d"),
 # to compile: the default run takes every SPREAD-th (a prime; the selection still holds every
 # input shape and every value of every argument the catalog varies, which
 # test_the_spread_holds_every_shape_and_argument_value checks); `-m slow` takes them all.
-# The adaptive max ops have a few dozen samples: always all of them.
+# The adaptive max ops have a few dozen samples: all of them in the spread. By default each
+# op's spread runs in one dtype (the dtypes in turn), under -m slow in both.
 SPREAD = 83
 
 
@@ -292,9 +294,10 @@ def _spread(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
     return calls[(0 if dtype == torch.float32 else SPREAD // 2)::SPREAD]
 
 
+# Each op in one dtype by default (the dtypes in turn), both under -m slow.
 @needs_max
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("op", MAX_OPS)
+@pytest.mark.parametrize("op,dtype", each_once(list(MAX_OPS), [torch.float32, torch.float64],
+                                               ids=list(MAX_OPS)))
 def test_max_samples_spread(op, dtype):
     """A fixed spread of the samples; max selects, so values are exact in every dtype."""
     _check_all(_spread(op, dtype), exact=True)

@@ -17,6 +17,7 @@ from flax import nnx
 
 import jaxpool
 import parity
+from default_share import each_once
 
 
 def randomise(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -101,8 +102,9 @@ def _image(dtype, shape=(2, 3, 8, 8)):
     return np.random.default_rng(0).standard_normal(shape).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("train", [False, True])
+# Eval mode in float64 and train mode in float32 by default, the other two under -m slow.
+@pytest.mark.parametrize("train,dtype", each_once([False, True], [np.float64, np.float32],
+                                                  ids=["eval", "train"]))
 def test_clean_port_agrees_layer_by_layer(residual_net, dtype, train):
     report = parity.compare_layers(residual_net, ResidualNet(), None, _image(dtype), train=train)
     assert report.ok, report.format()
@@ -127,8 +129,9 @@ def test_clean_port_agrees_layer_by_layer(residual_net, dtype, train):
     assert report.dtype == np.dtype(dtype).name and report.train == train
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("bug", list(PLANTED))
+# Each planted bug in one dtype by default (the dtypes in turn), both under -m slow.
+@pytest.mark.parametrize("bug,dtype", each_once(list(PLANTED), [np.float64, np.float32],
+                                                ids=list(PLANTED)))
 def test_planted_difference_is_the_first_divergence(residual_net, dtype, bug):
     report = parity.compare_layers(residual_net, ResidualNet(bug), None, _image(dtype))
     first = report.first_divergence

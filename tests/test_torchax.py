@@ -23,6 +23,7 @@ import jaxpool.torchax as jt  # noqa: E402
 from parity.convert import x64 as x64_mode  # noqa: E402
 from tests import torchax_models  # noqa: E402
 from tests.torchax_models import CASES, Call, first, nan_at  # noqa: E402
+from default_share import default_share  # noqa: E402
 
 torchax = jt.torchax
 aten = torch.ops.aten
@@ -49,7 +50,9 @@ def has_forbidden(text):
     return {k: v for k, v in torchax_models.hlo_counts(text).items() if v}
 
 
-@pytest.mark.parametrize("name", CASES)
+# Every other case by default (a spread over the pooling, resampling, unpooling and padding
+# lowerings; test_model runs them inside whole models), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(CASES), 2))
 def test_op(env, name):
     fn, shape, exact = CASES[name]
     gen = torch.Generator().manual_seed(len(name))

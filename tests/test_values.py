@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jaxpool
-from default_share import default_cases, default_share, option_values
+from default_share import default_cases, default_share, each_once, option_values
 from torch_reference import (ADAPTIVE, AVG, TORCH_ADAPTIVE, to_channels_first,
                              to_channels_last, torch_avg_pool, torch_global)
 
@@ -97,9 +97,10 @@ def _compare(jax_fn, torch_fn, x, rng, channels_last=False, ndim=2, rtol=1e-12, 
     np.testing.assert_allclose(np.asarray(got_grad), expected_grad, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("ndim,shape,output_size",
-                         [(d, s, o) for d, cases in ADAPTIVE_CASES.items() for s, o in cases])
+# Each case in one layout by default (the layouts in turn), both under -m slow.
+@pytest.mark.parametrize("ndim,shape,output_size,channels_last",
+                         each_once([(d, s, o) for d, cases in ADAPTIVE_CASES.items()
+                                    for s, o in cases], [False, True]))
 def test_adaptive_matches_torch(ndim, shape, output_size, channels_last, rng):
     x = rng.standard_normal(shape)
     if channels_last:
