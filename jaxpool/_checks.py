@@ -16,6 +16,12 @@ INT_MAX = 2**31 - 1
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+def compute_dtype(dtype: str) -> str:
+    """The dtype an op computes in: float32 for float16 and bfloat16 (rounded once at the
+    end), else ``dtype`` itself."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
 def check_array(op: str, x) -> None:
     """Reject a torch tensor given as ``x``, saying how to convert it (JAX cannot read its
     dtype). torch is not imported for this: the check reads the type's module."""

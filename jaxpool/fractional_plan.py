@@ -26,7 +26,6 @@ import numpy as np
 
 from jaxpool import _checks
 
-_HALF = ("float16", "bfloat16")
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -63,7 +62,7 @@ class FractionalPlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes the window starts in float32, rounding every step."""
-        return "float32" if self.dtype in _HALF else self.dtype
+        return _checks.compute_dtype(self.dtype)
 
     @property
     def output_shape(self) -> tuple:

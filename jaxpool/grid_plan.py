@@ -9,9 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxpool import _checks
+
 MODES = ("bilinear", "nearest", "bicubic")
 PADDING_MODES = ("zeros", "border", "reflection")
-_HALF = ("float16", "bfloat16")
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -38,7 +39,7 @@ class GridSamplePlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes in float32 and rounds once."""
-        return "float32" if self.dtype in _HALF else self.dtype
+        return _checks.compute_dtype(self.dtype)
 
     @property
     def out_shape(self) -> tuple:
@@ -119,7 +120,7 @@ class AffineGridPlan:
 
     @property
     def compute_dtype(self) -> str:
-        return "float32" if self.dtype in _HALF else self.dtype
+        return _checks.compute_dtype(self.dtype)
 
 
 def affine_grid_plan(theta_shape: Sequence[int], theta_dtype: str, size,

@@ -12,7 +12,6 @@ import numpy as np
 
 from jaxpool import _checks
 
-_HALF = ("float16", "bfloat16")
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -40,7 +39,7 @@ class RoiAlignPlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes in float32 and rounds once."""
-        return "float32" if self.dtype in _HALF else self.dtype
+        return _checks.compute_dtype(self.dtype)
 
     @property
     def out_shape(self) -> tuple:
@@ -150,7 +149,7 @@ def roi_align_plan(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
         raise ValueError(f"roi_align: input must have non-empty spatial dimensions, got "
                          f"shape {input_shape}")
     rois = boxes_shape[0]
-    compute = "float32" if input_dtype in _HALF else input_dtype
+    compute = _checks.compute_dtype(input_dtype)
     if boxes is not None and rois:
         index = np.trunc(np.asarray(boxes)[:, 0].astype(np.float64))
         bad = ~((index >= 0) & (index < batch))

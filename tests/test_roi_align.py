@@ -186,7 +186,7 @@ SWEEP = [(ratio, aligned, key) for ratio in RATIOS for aligned in (False, True)
 BOUND = 8  # every case's adaptive count is below it
 
 
-@pytest.mark.parametrize("ratio,aligned,key", default_share(SWEEP, 9))
+@pytest.mark.parametrize("ratio,aligned,key", default_share(SWEEP, 13))
 def test_values_and_vjp_match_torchvision(ratio, aligned, key):
     x, boxes, pooled, scale, ct = _case(("sweep", key, ratio, aligned))
     want = _torch_derivatives(x, boxes, ct, pooled, scale, ratio, aligned)
@@ -217,7 +217,7 @@ def test_second_order_matches_torch_double_backward(ratio, aligned, key):
 
 
 @pytest.mark.parametrize("height,width", default_share(
-    [(h, w) for h in range(1, 6) for w in range(1, 6)], 6))
+    [(h, w) for h in range(1, 6) for w in range(1, 6)], 12))
 def test_every_small_extent_matches(height, width):
     """Each extent 1-5 per axis, boxes of every kind, both alignments, fixed and adaptive."""
     rng = _rng("extent", height, width)
