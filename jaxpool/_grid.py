@@ -25,25 +25,8 @@ import numpy as np
 
 from jaxpool import strategy_table
 from jaxpool._gather import read, sort_order
+from jaxpool._rules import rounded
 from jaxpool.grid_plan import AffineGridPlan, GridSamplePlan
-
-# --- rounding where it stands -----------------------------------------------------------------
-
-@jax.custom_jvp
-def _rounded(x):
-    """``x`` (a product), rounded here in every program. XLA:CPU contracts a product and
-    the sum it feeds into one fused multiply-add where its fusions and LLVM allow, and that
-    differs between programs (plain, jvp, vjp, vmap, either layout): every product that
-    feeds a sum goes through a select, which the contraction does not look through (an
-    ``optimization_barrier`` does not stop it: XLA removes it before fusing). The select
-    stays in the fused loop: a compare and a select per element, no memory."""
-    return jnp.where(jnp.isnan(x), jnp.asarray(jnp.nan, x.dtype), x)
-
-
-@_rounded.defjvp
-def _rounded_jvp(primals, tangents):
-    return _rounded(primals[0]), tangents[0]
-
 
 # --- coordinates ----------------------------------------------------------------------------
 # One axis's source coordinate from the grid, as each kernel computes it, with torch's
@@ -66,8 +49,8 @@ def _with_multiplier(value_fn, multiplier_fn):
 def _vec_unnormalize(g, size, align):
     """The vectorized kernel: ``(g + 1) * scale`` (``- 0.5`` without align_corners)."""
     if align:
-        return _rounded((g + 1) * jnp.asarray((size - 1) / 2, g.dtype))
-    return _rounded((g + 1) * jnp.asarray(size / 2, g.dtype)) - jnp.asarray(0.5, g.dtype)
+        return rounded((g + 1) * jnp.asarray((size - 1) / 2, g.dtype))
+    return rounded((g + 1) * jnp.asarray(size / 2, g.dtype)) - jnp.asarray(0.5, g.dtype)
 
 
 def _vec_scale(size, align):
@@ -88,7 +71,7 @@ def _vec_reflect(x, size, align):
     low = jnp.asarray(0.0 if align else -0.5, x.dtype)
     shifted = x - low if not align else x
     magnitude = jnp.abs(shifted)
-    extra = magnitude - _rounded(jnp.trunc(magnitude / twice_span) * twice_span)
+    extra = magnitude - rounded(jnp.trunc(magnitude / twice_span) * twice_span)
     reflected = twice_span - extra
     one_more_flip = extra > reflected
     value = jnp.minimum(extra, reflected)
@@ -127,9 +110,9 @@ def _vec_source(size, padding, align):
 def _scalar_unnormalize(g, size, align):
     """``grid_sampler_unnormalize`` (scalar kernel)."""
     if align:
-        return _rounded(((g + 1) / 2) * jnp.asarray(size - 1, g.dtype))
+        return rounded(((g + 1) / 2) * jnp.asarray(size - 1, g.dtype))
     # XLA makes the halving a product, which would contract with the sums that follow.
-    return _rounded((_rounded((g + 1) * jnp.asarray(size, g.dtype)) - 1) / 2)
+    return rounded((rounded((g + 1) * jnp.asarray(size, g.dtype)) - 1) / 2)
 
 
 def _scalar_clip(x, size):
@@ -234,10 +217,10 @@ def _cubic_coefficients(t):
     one, two = jnp.asarray(1, t.dtype), jnp.asarray(2, t.dtype)
 
     def outer(x):
-        return _rounded((_rounded((_rounded(a * x) - 5 * a) * x) + 8 * a) * x) - 4 * a
+        return rounded((rounded((rounded(a * x) - 5 * a) * x) + 8 * a) * x) - 4 * a
 
     def inner(x):
-        return _rounded((_rounded((a + 2) * x) - (a + 3)) * x * x) + one
+        return rounded((rounded((a + 2) * x) - (a + 3)) * x * x) + one
 
     return [outer(t + one), inner(t), inner(one - t), outer(two - t)]
 
@@ -305,20 +288,20 @@ def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Arra
         # interp_x[i] = sum_j cx[j] * v[i, j]; out = sum_i cy[i] * interp_x[i].
         lines = []
         for i in range(4):
-            terms = [_rounded(taps[4 * i + j][1][1][:, None] * reads[4 * i + j])
+            terms = [rounded(taps[4 * i + j][1][1][:, None] * reads[4 * i + j])
                      for j in range(4)]
             lines.append(functools.reduce(jnp.add, terms))
-        out = functools.reduce(jnp.add, [_rounded(taps[4 * i][1][0][:, None] * lines[i])
+        out = functools.reduce(jnp.add, [rounded(taps[4 * i][1][0][:, None] * lines[i])
                                          for i in range(4)])
     elif dims == 2:
         # The vectorized kernel multiplies the zeros it read outside (0 * NaN is NaN).
-        out = functools.reduce(jnp.add, [_rounded(v * w[:, None])
+        out = functools.reduce(jnp.add, [rounded(v * w[:, None])
                                          for v, (_, w) in zip(reads, taps)])
     else:
         # The scalar kernel starts from 0 and skips the corners outside.
         out = zero
         for m, v, (_, w) in zip(masks, reads, taps):
-            out = out + jnp.where(m, _rounded(v * w[:, None]), zero)
+            out = out + jnp.where(m, rounded(v * w[:, None]), zero)
     out = out.reshape((n,) + plan.out_spatial + (c,))
     if not plan.channels_last:
         out = jnp.moveaxis(out, -1, 1)

@@ -21,20 +21,8 @@ import jax.numpy as jnp
 
 from jaxpool import strategy_table
 from jaxpool._gather import read, sort_order
+from jaxpool._rules import rounded
 from jaxpool.roi_plan import RoiAlignPlan
-
-
-@jax.custom_jvp
-def _rounded(x):
-    """``x`` (a product), rounded here in every program: XLA:CPU would contract it with
-    the sum it feeds into a fused multiply-add in some programs and not others; a select
-    is not looked through."""
-    return jnp.where(jnp.isnan(x), jnp.asarray(jnp.nan, x.dtype), x)
-
-
-@_rounded.defjvp
-def _rounded_jvp(primals, tangents):
-    return _rounded(primals[0]), tangents[0]
 
 
 def _divide(a, b):
@@ -54,7 +42,7 @@ def _samples(start, bin_size, bins, per_bin, count):
     p = jnp.arange(bins, dtype=dtype)[None, :, None]
     i = jnp.arange(per_bin, dtype=dtype)[None, None, :] + jnp.asarray(0.5, dtype)
     bin_size = bin_size[:, None, None]
-    return (start[:, None, None] + _rounded(p * bin_size)) + \
+    return (start[:, None, None] + rounded(p * bin_size)) + \
         _divide(i * bin_size, count[:, None, None])
 
 
@@ -113,8 +101,8 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
     image = jnp.where(known_image, index, 0).astype(jnp.int32)
     scale = jnp.asarray(plan.spatial_scale, compute)
     offset = jnp.asarray(0.5 if plan.aligned else 0.0, compute)
-    start_w, start_h = _rounded(rois[:, 1] * scale) - offset, _rounded(rois[:, 2] * scale) - offset
-    end_w, end_h = _rounded(rois[:, 3] * scale) - offset, _rounded(rois[:, 4] * scale) - offset
+    start_w, start_h = rounded(rois[:, 1] * scale) - offset, rounded(rois[:, 2] * scale) - offset
+    end_w, end_h = rounded(rois[:, 3] * scale) - offset, rounded(rois[:, 4] * scale) - offset
     roi_w, roi_h = end_w - start_w, end_h - start_h
     if not plan.aligned:  # std::max(extent, 1): malformed boxes count as 1 x 1
         one = jnp.ones((), compute)
@@ -181,7 +169,7 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
 
     def add_sample(total, sample):
         w_s, taps_s, used_s = sample
-        terms = _rounded(w_s * taps_s)
+        terms = rounded(w_s * taps_s)
         value = ((terms[0] + terms[1]) + terms[2]) + terms[3]
         return jnp.where(used_s, total + value, total), None
 

@@ -3,7 +3,8 @@
 :func:`linear_primitive` makes a primitive linear in its leading operands, whose tangent is
 itself applied to the tangents and whose transpose is a given function (usually another such
 primitive): every derivative of every order then stays within the primitives named, and
-never falls back on what JAX would derive from their implementations.
+never falls back on what JAX would derive from their implementations. :func:`rounded` is an
+identity, differentiated as one, that keeps a product from being fused into a multiply-add.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable, Optional
 
 import jax
 import jax.extend.core
+import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir
 
 from jaxpool._avals import shaped_like
@@ -113,3 +115,19 @@ def tangent_from_adjoint(adjoint: Callable[[jax.Array], jax.Array], tangent: jax
     input row at a time, say), not as JAX's transpose of the forward map's own tangent."""
     spread = jax.linear_transpose(adjoint, shaped_like(tangent, shape))
     return spread(tangent)[0]
+
+
+@jax.custom_jvp
+def rounded(x):
+    """``x`` (a product), rounded here in every program. XLA:CPU contracts a product and
+    the sum it feeds into one fused multiply-add where its fusions and LLVM allow, and that
+    differs between programs (plain, jvp, vjp, vmap, either layout): every product that
+    feeds a sum goes through a select, which the contraction does not look through (an
+    ``optimization_barrier`` does not stop it: XLA removes it before fusing). The select
+    stays in the fused loop: a compare and a select per element, no memory."""
+    return jnp.where(jnp.isnan(x), jnp.asarray(jnp.nan, x.dtype), x)
+
+
+@rounded.defjvp
+def _rounded_jvp(primals, tangents):
+    return rounded(primals[0]), tangents[0]
