@@ -27,7 +27,7 @@
    faster: the short grid (``--full``: every cell, which takes longer than 8 minutes). It
    starts no new cell once the script's time budget (``--budget-s``) is spent.
 6. Spatially sharded inputs on every device of the machine (``python -m
-   jaxpool.halo_check``, then with ``--plain-jit``): per-device ops (``axis_names=``) and
+   jaxpool.halo.check``, then with ``--plain-jit``): per-device ops (``axis_names=``) and
    the ops under plain ``jit`` on a sharded input (the partitioned primitive) against the
    unsharded call, and the collectives in each compiled program (halos only). Skipped on one device;
    ``--halo-only`` runs just this section, on CPUs too (with
@@ -562,7 +562,7 @@ def bench(r: Report, out: str, device: str, grid: str, time_limit_s: float,
 
 
 def halo_exchange(r: Report, quick: bool) -> bool | None:
-    """``python -m jaxpool.halo_check`` on every device of this machine, in a fresh process,
+    """``python -m jaxpool.halo.check`` on every device of this machine, in a fresh process,
     inside shard_map and then under plain jit (``--plain-jit``): values and derivatives
     against the unsharded call, and the collectives in each compiled program (halos only).
     Skipped on one device."""
@@ -576,7 +576,7 @@ def halo_exchange(r: Report, quick: bool) -> bool | None:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     ok = True
     for route in ([], ["--plain-jit"]):
-        cmd = [sys.executable, "-m", "jaxpool.halo_check", *route] + (
+        cmd = [sys.executable, "-m", "jaxpool.halo.check", *route] + (
             ["--quick"] if quick else [])
         r.say(f"    {' '.join(cmd[1:])}")
         try:

@@ -103,20 +103,20 @@ class Case:
         return text
 
     def plan(self, channels_last: bool | None = None):
-        """jaxpool's plan of this cell (:mod:`jaxpool.plan`), for the input as laid out in
+        """jaxpool's plan of this cell (:mod:`jaxpool.pooling.plan`), for the input as laid out in
         memory, or channels-first with ``channels_last=False``."""
-        from jaxpool import plan
+        from jaxpool.pooling import plan as pool_plan
 
         cl = self.channels_last if channels_last is None else channels_last
         shape = self.memory_shape if cl == self.channels_last else self.shape
         if self.op == "global":
-            return plan.plan_global("global_avg_pool", shape, None, cl)
+            return pool_plan.plan_global("global_avg_pool", shape, None, cl)
         if self.adaptive:
-            return plan.plan_adaptive(f"{self.op}_pool2d", shape, None, 2, self.output_size, cl)
+            return pool_plan.plan_adaptive(f"{self.op}_pool2d", shape, None, 2, self.output_size, cl)
         if self.is_max:
-            return plan.plan_max_pool("max_pool2d", shape, None, 2, self.kernel_size, self.stride_,
+            return pool_plan.plan_max_pool("max_pool2d", shape, None, 2, self.kernel_size, self.stride_,
                                       self.padding, 1, self.ceil_mode, cl)
-        return plan.plan_avg_pool("avg_pool2d", shape, None, 2, self.kernel_size, self.stride_,
+        return pool_plan.plan_avg_pool("avg_pool2d", shape, None, 2, self.kernel_size, self.stride_,
                                   self.padding, self.ceil_mode, self.count_include_pad, None, cl)
 
     @property

@@ -77,12 +77,12 @@ def forced(strategy: str | None):
     """Every non-copying axis takes ``strategy`` while a program is traced."""
     import jax
 
-    from jaxpool import sampling
+    from jaxpool.resampling import plan as resampling_plan
 
     if strategy is None:
         yield
         return
-    original = sampling.choose_sampling_strategy
+    original = resampling_plan.choose_sampling_strategy
 
     def choose(plan, backend="cpu"):
         chosen = original(plan, backend)
@@ -95,11 +95,11 @@ def forced(strategy: str | None):
     # the per-plan programs are cached by plan: traced again under the forced choice, and
     # not left for the next side
     jax.clear_caches()
-    sampling.choose_sampling_strategy = choose
+    resampling_plan.choose_sampling_strategy = choose
     try:
         yield
     finally:
-        sampling.choose_sampling_strategy = original
+        resampling_plan.choose_sampling_strategy = original
         jax.clear_caches()
 
 
@@ -131,7 +131,7 @@ def _jax_image(cell: Cell):
 
 
 def _out_extents(cell: Cell) -> tuple[int, ...]:
-    from jaxpool.sampling import plan_interpolate
+    from jaxpool.resampling.plan import plan_interpolate
 
     if cell.shuffle:
         b, c, h, w = cell.shape
@@ -173,7 +173,7 @@ def _jaxpool_op(cell: Cell):
 
 
 def _sides(cell: Cell) -> dict:
-    from jaxpool.sampling import plan_interpolate
+    from jaxpool.resampling.plan import plan_interpolate
 
     sides = {"jaxpool": (_jaxpool_op(cell), None)}
     if not cell.shuffle:

@@ -6,7 +6,7 @@ same network trains three ways:
 - unsharded, on one device;
 - under plain ``jit`` on the sharded volume, written as for one device: XLA's partitioner
   splits the convolutions (zero padding on D), and each jaxpool op is the partitioned
-  primitive (:mod:`jaxpool.halo_jit`) that exchanges its own halo;
+  primitive (:mod:`jaxpool.halo.jit`) that exchanges its own halo;
 - as per-device code inside ``jax.shard_map``: the convolutions read one slice of each
   neighbour (``lax.ppermute``, zeros at the volume's ends), and the jaxpool ops take
   ``axis_names=("d", None, None)``.
@@ -43,7 +43,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jaxpool  # noqa: E402
-from jaxpool.halo_check import collectives  # noqa: E402
+from jaxpool.halo.check import collectives  # noqa: E402
 
 D_SHARDED = ("d", None, None)
 WIDTHS = (4, 8, 16)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from jax.typing import ArrayLike
 
 import jaxpool
-from jaxpool.pooling import OutputSize, Size
+from jaxpool.pooling.functions import OutputSize, Size
 
 
 def flax_missing(module: str) -> str:
@@ -417,7 +417,7 @@ class GlobalMaxPool(_GlobalPool):
 
 # --- fractional max pooling ----------------------------------------------------------------
 
-from jaxpool.fractional import Ratio  # noqa: E402
+from jaxpool.fractional.functions import Ratio  # noqa: E402
 
 RNG_STREAM = "fractional"
 """The random stream the fractional max pools draw their samples from, by default:
@@ -517,8 +517,8 @@ class FractionalMaxPool3d(FractionalMaxPool):
 
 # --- unpooling and padding -----------------------------------------------------------------
 
-from jaxpool import _checks  # noqa: E402
-from jaxpool.padding import PadMode  # noqa: E402
+from jaxpool.core import checks  # noqa: E402
+from jaxpool.padding.functions import PadMode  # noqa: E402
 
 
 class Unpool(Pool):
@@ -552,8 +552,8 @@ class Pad(Pool):
 
     def __call__(self, x: ArrayLike) -> Any:
         """Pads ``x`` (layout and result as in the class docstring)."""
-        pairs = _checks.int_tuple("padding", self.padding, 2 * self.ndim,
-                                  minimum=-_checks.INT_MAX, repeat_single=False)
+        pairs = checks.int_tuple("padding", self.padding, 2 * self.ndim,
+                                  minimum=-checks.INT_MAX, repeat_single=False)
         value = getattr(self, "value", None) if self.mode == "constant" else None
         return jaxpool.pad(x, pairs, self.mode, value, channels_last=self.channels_last)
 
@@ -912,7 +912,7 @@ class ConstantPad3d(_ConstantPad):
 
 # --- resampling ----------------------------------------------------------------------------
 
-from jaxpool.resampling import ScaleArg, SizeArg  # noqa: E402
+from jaxpool.resampling.functions import ScaleArg, SizeArg  # noqa: E402
 
 
 def _upsample(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = None,

@@ -13,8 +13,8 @@ import jax
 from jax.typing import ArrayLike
 
 from jaxpool import _modules
-from jaxpool.fractional import Ratio
-from jaxpool.pooling import Size
+from jaxpool.fractional.functions import Ratio
+from jaxpool.pooling.functions import Size
 
 try:
     from flax import nnx

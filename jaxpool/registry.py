@@ -17,7 +17,7 @@ Each public function is written as::
 and :func:`run` does the rest, the same way for every op: the arrays' static shapes and
 dtypes, the checks and the plan (``prepare``), then the route: the per-device code inside
 ``shard_map`` (``axis_names``), the partitioned primitive under ``jit`` on several devices
-(:mod:`jaxpool.halo_jit`, every argument passed by name), or the op's own program.
+(:mod:`jaxpool.halo.jit`, every argument passed by name), or the op's own program.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from typing import Any, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
-from jaxpool import _checks, halo_jit
+from jaxpool.core import checks
+from jaxpool.halo import jit as halo_jit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 HALO_RULES = ("pool", "resample", "unpool", "pad", "shuffle", "replicate", "delegate")
 """How an op runs on a spatially sharded input: ``pool``, ``resample``, ``unpool``, ``pad``
-(:mod:`jaxpool._halo`'s exchanges), ``shuffle`` (each device its own block), ``replicate``
+(:mod:`jaxpool.halo.kernel`'s exchanges), ``shuffle`` (each device its own block), ``replicate``
 (the partitioner gathers the spatial axes; values stay right) and ``delegate`` (the op
 calls another op, which routes itself)."""
 
@@ -45,7 +46,7 @@ class Prepared(NamedTuple):
     ``compute(*arrays, axis_names)`` runs the op's kernel on the arrays (as JAX arrays) with
     the per-device code's ``axis_names`` (None: unsharded). ``spatial``: the axes of the
     first array that ``axis_names`` name. ``single``: one result, not a tuple.
-    ``partitions``: the call may take :mod:`jaxpool.halo_jit`'s primitive (False where the
+    ``partitions``: the call may take :mod:`jaxpool.halo.jit`'s primitive (False where the
     op delegates, or checks concrete arrays eagerly). (A tuple, not a frozen dataclass: it
     is made on every call, and eager calls are counted in microseconds.)"""
 
@@ -118,7 +119,7 @@ def op(spec: Spec) -> Callable[[F], F]:
 def static(op_name: str, x: Any) -> Any:
     """``x`` as something with a static ``shape`` and ``dtype``, without converting it (a
     conversion could change the dtype before the checks see it)."""
-    _checks.check_array(op_name, x)
+    checks.check_array(op_name, x)
     return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
 
 
@@ -133,13 +134,13 @@ def run(name: str, args: dict[str, Any]) -> Any:
         if axis_names is None and call.partitions and halo_jit.active(x):
             return halo_jit.call(FUNCTIONS[name], {spec.arrays[0]: x}, call.spatial, args,
                                  single=call.single)
-        return call.compute(_checks.as_jax(x), axis_names)
+        return call.compute(checks.as_jax(x), axis_names)
     arrays = tuple(static(name, args.pop(a)) for a in spec.arrays)
     call = spec.prepare(spec, arrays, args, axis_names)
     if axis_names is None and call.partitions and halo_jit.active(arrays[0]):
         return halo_jit.call(FUNCTIONS[name], dict(zip(spec.arrays, arrays)), call.spatial,
                              args, single=call.single)
-    return call.compute(*(_checks.as_jax(a) for a in arrays), axis_names)
+    return call.compute(*(checks.as_jax(a) for a in arrays), axis_names)
 
 
 # --- a family's functions from one signature ----------------------------------------------

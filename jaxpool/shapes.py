@@ -15,18 +15,19 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from jaxpool import _checks
-from jaxpool.pooling import OutputSize, Size
-from jaxpool.plan import (PoolPlan, plan_adaptive, plan_avg_pool, plan_global, plan_lp_pool,
+from jaxpool.core import checks
+from jaxpool.pooling.functions import OutputSize, Size
+from jaxpool.pooling.plan import (PoolPlan, plan_adaptive, plan_avg_pool, plan_global, plan_lp_pool,
                           plan_max_pool)
-from jaxpool.placement import plan_max_unpool, plan_pad
+from jaxpool.padding.plan import plan_pad
+from jaxpool.unpooling.plan import plan_max_unpool
 
 Shape = Sequence[int]
 """A shape: a tuple, list or ``torch.Size`` of ints, such as ``x.shape`` (not ``x``)."""
 
 
 def _input(op: str, shape: Shape, name: str = "input_shape") -> tuple[int, ...]:
-    return _checks.check_shape(f"jaxpool.shapes.{op}", shape, name)
+    return checks.check_shape(f"jaxpool.shapes.{op}", shape, name)
 
 
 def avg_pool1d(input_shape: Shape, kernel_size: Size, stride: Size | None = None,
@@ -349,8 +350,8 @@ def _global(op: str, input_shape: Shape, channels_last: bool) -> tuple[int, int]
 def _split(op: str, shape: Shape, ndim: int, channels_last: bool
            ) -> tuple[bool, tuple[int, ...], int]:
     shape = _input(op, shape, "shape" if op == "channels" else "output_shape")
-    batched, spatial, channel_axis = _checks.check_input(
-        op, shape, None, ndim, _checks.check_channels_last(channels_last))
+    batched, spatial, channel_axis = checks.check_input(
+        op, shape, None, ndim, checks.check_channels_last(channels_last))
     return batched, spatial, shape[channel_axis]
 
 
@@ -406,7 +407,7 @@ def input_shape_from_output(output_shape: Shape, input_spatial: Size | None = No
             f"input_spatial is required: the input's spatial extents are not inferable "
             f"backward from output shape {tuple(output_shape)} (every input extent pools to "
             f"{spatial}); give them from the network input or the preceding operation")
-    extents = _checks.int_tuple("input_spatial", input_spatial, ndim, minimum=1,
+    extents = checks.int_tuple("input_spatial", input_spatial, ndim, minimum=1,
                                 repeat_single=False)
     lead = (output_shape[0],) if batched else ()
     return lead + ((*extents, c) if channels_last else (c, *extents))
@@ -510,8 +511,8 @@ def _unpool(op: str, ndim: int, input_shape: Shape, kernel_size: Size, stride: S
 
 # --- resampling ------------------------------------------------------------------------------
 
-from jaxpool.resampling import ScaleArg, SizeArg  # noqa: E402
-from jaxpool.sampling import plan_interpolate, plan_pixel_shuffle  # noqa: E402
+from jaxpool.resampling.functions import ScaleArg, SizeArg  # noqa: E402
+from jaxpool.resampling.plan import plan_interpolate, plan_pixel_shuffle  # noqa: E402
 
 
 def interpolate(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,

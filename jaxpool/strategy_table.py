@@ -1,7 +1,7 @@
 """Which strategy was measured fastest on each backend, per op kind and axis situation.
 
-The one table that :func:`jaxpool.windows.choose_strategy`,
-:func:`jaxpool.windows.choose_tangent` and :func:`jaxpool.sampling.choose_sampling_strategy`
+The one table that :func:`jaxpool.pooling.windows.choose_strategy`,
+:func:`jaxpool.pooling.windows.choose_tangent` and :func:`jaxpool.resampling.plan.choose_sampling_strategy`
 read. ``RULES`` means the decision rules written in those functions, each measured on
 XLA:CPU (their docstrings cite the cells); any other entry names the strategy that backend
 takes instead. Every strategy is exact on every backend (the tests run each of them on the

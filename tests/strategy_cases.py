@@ -5,9 +5,9 @@ import dataclasses
 import torch.nn.functional as F
 
 import jaxpool
-from jaxpool.plan import plan_adaptive, plan_avg_pool
+from jaxpool.pooling.plan import plan_adaptive, plan_avg_pool
 from jaxpool.strategy_table import BACKENDS
-from jaxpool.windows import STRATEGIES, TANGENTS
+from jaxpool.pooling.windows import STRATEGIES, TANGENTS
 
 # name -> (function of an array, input shape, the op's plan)
 CASES = {

@@ -263,8 +263,8 @@ def test_max_program_size_grows_with_the_window_logarithm():
 
 def test_every_max_tangent_rule_has_a_case():
     """The max cases above reach every rule of windows.choose_max_tangent."""
-    from jaxpool.plan import plan_adaptive, plan_max_pool
-    from jaxpool.windows import choose_max_tangent, is_identity
+    from jaxpool.pooling.plan import plan_adaptive, plan_max_pool
+    from jaxpool.pooling.windows import choose_max_tangent, is_identity
 
     plans = {
         "max family padded": plan_max_pool("", (2, 3, 11, 10), None, 2, 3, 2, 1),
@@ -339,8 +339,8 @@ def test_ragged_max_derivatives_match_torch_to_second_order(name, channels_last,
 
 
 def _picks_case(name, channels_last):
-    from jaxpool.plan import plan_max_pool
-    from jaxpool.windows import choose_max_tangent, is_identity
+    from jaxpool.pooling.plan import plan_max_pool
+    from jaxpool.pooling.windows import choose_max_tangent, is_identity
 
     ndim, args, shape, layouts = PICKS_CASES[name]
     if channels_last:
@@ -355,8 +355,8 @@ def _picks_case(name, channels_last):
 
 def test_the_picks_cases_find_winners_both_ways():
     """windows.codes_at_once: over all the axes at once, and one axis at a time."""
-    from jaxpool.plan import plan_max_pool
-    from jaxpool.windows import codes_at_once
+    from jaxpool.pooling.plan import plan_max_pool
+    from jaxpool.pooling.windows import codes_at_once
 
     ways = {}
     for name, (ndim, args, shape, _) in PICKS_CASES.items():

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 import jaxpool
-from jaxpool import _axis, _select
+from jaxpool.pooling import kernel, kernel_max
 
 OPS = {
-    "avg_pool2d": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1), _axis, "window_sums"),
-    "adaptive_avg_pool2d": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), _axis, "window_sums"),
-    "max_pool2d": (lambda x: jaxpool.max_pool2d(x, 3, 2, 1), _select, "window_max"),
-    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, 4, True), _select,
+    "avg_pool2d": (lambda x: jaxpool.avg_pool2d(x, 3, 2, 1), kernel, "window_sums"),
+    "adaptive_avg_pool2d": (lambda x: jaxpool.adaptive_avg_pool2d(x, 4), kernel, "window_sums"),
+    "max_pool2d": (lambda x: jaxpool.max_pool2d(x, 3, 2, 1), kernel_max, "window_max"),
+    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, 4, True), kernel_max,
                             "window_max"),
-    "lp_pool2d": (lambda x: jaxpool.lp_pool2d(x, 2, 3), _axis, "window_sums"),
+    "lp_pool2d": (lambda x: jaxpool.lp_pool2d(x, 2, 3), kernel, "window_sums"),
 }
 
 
@@ -104,9 +104,13 @@ _LOOKALIKES = {
 def test_remembered_plans_answer_as_a_fresh_plan_would(name):
     """Each call, in either order, gives what the plan function itself gives (the same
     plan, the pad value with its sign, or the same error), remembered or not."""
-    from jaxpool import placement, plan, sampling
+    from jaxpool.padding import plan as pad_plan
+    from jaxpool.pooling import plan as pool_plan
+    from jaxpool.resampling import plan as resampling_plan
+    from jaxpool.unpooling import plan as unpool_plan
 
-    remembered = next(getattr(m, name) for m in (plan, placement, sampling) if hasattr(m, name))
+    remembered = next(getattr(m, name) for m in (pool_plan, unpool_plan, pad_plan, resampling_plan)
+                      if hasattr(m, name))
     fresh = remembered.__wrapped__
 
     def outcome(f, call):
@@ -128,16 +132,19 @@ def test_remembered_plans_answer_as_a_fresh_plan_would(name):
 def _fresh_plans():
     """Each kind of plan that is a static argument of a compiled program, made twice
     without the remembered plans (equal, not the same object)."""
-    from jaxpool import placement, plan, sampling
+    from jaxpool.padding import plan as pad_plan
+    from jaxpool.pooling import plan as pool_plan
+    from jaxpool.resampling import plan as resampling_plan
+    from jaxpool.unpooling import plan as unpool_plan
 
     f32 = np.dtype("float32")
     calls = [
-        lambda: plan.plan_avg_pool.__wrapped__("avg_pool2d", (1, 2, 9, 9), f32, 2, 3, 2, 1),
-        lambda: sampling.plan_interpolate.__wrapped__(
+        lambda: pool_plan.plan_avg_pool.__wrapped__("avg_pool2d", (1, 2, 9, 9), f32, 2, 3, 2, 1),
+        lambda: resampling_plan.plan_interpolate.__wrapped__(
             "interpolate", (1, 2, 9, 9), f32, None, 2, "bilinear")[1],
-        lambda: placement.plan_max_unpool.__wrapped__("max_unpool2d", (1, 2, 4, 4), f32, 2,
+        lambda: unpool_plan.plan_max_unpool.__wrapped__("max_unpool2d", (1, 2, 4, 4), f32, 2,
                                                       2),
-        lambda: placement.plan_pad.__wrapped__((1, 2, 4), (1, 2), "reflect", None),
+        lambda: pad_plan.plan_pad.__wrapped__((1, 2, 4), (1, 2), "reflect", None),
     ]
     return [(call(), call()) for call in calls]
 

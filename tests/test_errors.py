@@ -202,7 +202,7 @@ def test_a_torch_tensor_is_not_printed():
 def test_concrete_sizes_of_every_integer_kind_are_python_ints():
     """NumPy, JAX and torch integers become plain ints: plans stay hashable and compare equal
     whatever kind of integer the caller used."""
-    from jaxpool.plan import plan_avg_pool
+    from jaxpool.pooling.plan import plan_avg_pool
     forms = [3, np.int64(3), np.uint8(3), jnp.int32(3), np.array(3), torch.tensor(3),
              (3, 3), [3, 3], (3,), np.array([3, 3]), jnp.array([3, 3], jnp.int16),
              torch.Size([3, 3]), torch.tensor([3, 3])]

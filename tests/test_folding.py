@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 import jaxpool
 from default_share import default_share, option_values
-from jaxpool.fold_plan import plan_unfold
-from jaxpool.folding import fold, unfold
+from jaxpool.patches.plan import plan_unfold
+from jaxpool.patches.functions import fold, unfold
 from opinfo_catalog import catalog, drawn_samples
 from test_derivatives import _derivative_programs, _lowered_ops
 

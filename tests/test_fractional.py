@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from default_share import default_share
 from jaxpool import strategy_table
-from jaxpool.fractional import fractional_max_pool2d, fractional_max_pool3d
-from jaxpool.fractional_plan import step
+from jaxpool.fractional.functions import fractional_max_pool2d, fractional_max_pool3d
+from jaxpool.fractional.plan import step
 
 pytestmark = pytest.mark.usefixtures("x64")
 

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from default_share import default_share
 from jaxpool import strategy_table
-from jaxpool._gather import read, sort_order, sorted_sum
-from jaxpool.grid_sampling import affine_grid, grid_sample
+from jaxpool.core.gather import read, sort_order, sorted_sum
+from jaxpool.grid_sampling.functions import affine_grid, grid_sample
 
 pytestmark = pytest.mark.usefixtures("x64")
 

@@ -1,4 +1,4 @@
-"""The partitioned primitive (jaxpool.halo_jit) on one device, forced on with
+"""The partitioned primitive (jaxpool.halo.jit) on one device, forced on with
 ``route("always")``: each op's values and derivatives are the bits of the op's own program
 (``route("never")``), plain, eagerly and under jit, jvp, grad, vmap and a Hessian-vector
 product (reverse over reverse: to rounding), with no scatter or gather in any derivative. On several devices the primitive's

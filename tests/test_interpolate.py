@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from jaxpool import sampling
-from jaxpool.sampling import plan_interpolate
+from jaxpool.resampling import plan as resampling_plan
+from jaxpool.resampling.plan import plan_interpolate
 
 MODE_RANKS = [("nearest", 1), ("nearest", 2), ("nearest", 3), ("nearest-exact", 1),
               ("nearest-exact", 2), ("nearest-exact", 3), ("linear", 1), ("bilinear", 2),
@@ -100,8 +100,8 @@ def test_nearest_rules_differ_where_torch_does():
     extent is unchanged or doubled by a scale factor that is not 1 or 2, and the 1d/3d
     taps depend on the dtype: the plans must too (the sweep above checks each against
     torch)."""
-    kernel = sampling.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=True)
-    idx = sampling.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=False)
+    kernel = resampling_plan.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=True)
+    idx = resampling_plan.nearest_sampling(5, 5, 1.1, False, "float32", kernel_rule=False)
     assert kernel.taps != idx.taps
     x = torch.arange(5.0).reshape(1, 1, 5)
     assert F.interpolate(x, scale_factor=1.1).flatten().tolist() == [t[0] for t in kernel.taps]
@@ -157,7 +157,7 @@ def test_every_strategy_has_a_case():
         _, plan = plan_interpolate("", shape, np.float64, **kwargs)
         if plan is not None:
             strategies |= set(plan.strategies)
-    assert strategies == set(sampling.SAMPLING_STRATEGIES) - {"identity"}, strategies
+    assert strategies == set(resampling_plan.SAMPLING_STRATEGIES) - {"identity"}, strategies
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
@@ -395,7 +395,7 @@ def test_every_strategy_has_a_derivative_case():
     strategies = set()
     for shape, kwargs in DERIVATIVE_CASES.values():
         strategies |= set(plan_interpolate("", shape, np.float64, **kwargs)[1].strategies)
-    assert strategies == set(sampling.SAMPLING_STRATEGIES) - {"identity"}, strategies
+    assert strategies == set(resampling_plan.SAMPLING_STRATEGIES) - {"identity"}, strategies
 
 
 def _resize(kwargs):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from jaxpool.sampling import plan_interpolate
+from jaxpool.resampling.plan import plan_interpolate
 from opinfo_catalog import Difference, as_numpy, catalog, difference_of, drawn_samples, run
 from test_interpolate import evaluate
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from jax.test_util import check_grads
 
 import jaxpool
-from jaxpool.placement import plan_pad
+from jaxpool.padding.plan import plan_pad
 from parity import to_jax
 
 MODES = ("constant", "reflect", "replicate", "circular")

@@ -24,7 +24,7 @@ import torch
 from default_share import default_share
 
 from jaxpool import strategy_table
-from jaxpool.roi import roi_align
+from jaxpool.roi.functions import roi_align
 
 pytestmark = pytest.mark.usefixtures("x64")
 

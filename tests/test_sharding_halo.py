@@ -2,7 +2,7 @@
 equal the unsharded call's, and the compiled programs exchange only halos.
 
 Eight host devices are fixed when JAX starts, so the sharded checks run in a subprocess
-with XLA_FLAGS set (``python -m jaxpool.halo_check``'s cases, the bad-sharding errors, the
+with XLA_FLAGS set (``python -m jaxpool.halo.check``'s cases, the bad-sharding errors, the
 plain-jit wrapper and shard_map's default check of per-device axes, all in one process:
 one module fixture for the default run, one for -m slow); the halo arithmetic is plain
 Python and is tested here directly.
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxpool import halo
-from jaxpool.sampling import axis_sampling
-from jaxpool.windows import adaptive_plan, avg_pool_plan, max_pool_plan
+from jaxpool.halo import plan as halo_plan
+from jaxpool.resampling.plan import axis_sampling
+from jaxpool.pooling.windows import adaptive_plan, avg_pool_plan, max_pool_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, PartitionSpec as P
     import jaxpool
-    from jaxpool import halo_check
+    from jaxpool.halo import check as halo_check
 
     config, out = json.loads(sys.argv[1]), sys.argv[2]
     labels, layouts = config["labels"], config["layouts"]
@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent("""
     rows_1d = NamedSharding(mesh, P(None, None, "a"))
     v = jax.random.normal(jax.random.key(2), (2, 3, 32))
     pad = jax.jit(lambda u: jaxpool.pad(u, (3, 3), "reflect"), in_shardings=rows_1d)
-    with jaxpool.halo_jit.route("never"):
+    with jaxpool.halo.jit.route("never"):
         pad_want = jax.jit(lambda u: jaxpool.pad(u, (3, 3), "reflect"))(v)
     fallback = {"collectives": halo_check.collectives(pad.lower(v).compile().as_text()),
                 "equal": bool((pad(v) == pad_want).all())}
@@ -86,7 +86,7 @@ SCRIPT = textwrap.dedent("""
         return jax.grad(lambda v: (jax.grad(lambda u: (jnp.sin(pool(u))).sum())(v) ** 2).sum())
     second = jax.jit(second_of(lambda u: jaxpool.max_pool2d(u, 3, 2, 1)),
                      in_shardings=rows_sh, out_shardings=rows_sh)
-    with jaxpool.halo_jit.route("never"):
+    with jaxpool.halo.jit.route("never"):
         ref = jax.jit(second_of(lambda u: jaxpool.max_pool2d(u, 3, 2, 1)))(x)
     jit_second = {"collectives": halo_check.collectives(second.lower(x).compile().as_text()),
                   "diff": halo_check._diff(second(x), ref)}
@@ -128,7 +128,7 @@ def full_check(tmp_path_factory) -> dict:
 
 
 def _check_rows(rows):
-    from jaxpool.halo_check import problems
+    from jaxpool.halo.check import problems
     return [p for r in rows for p in problems(r)]
 
 
@@ -156,7 +156,7 @@ def test_bad_sharding_raises_naming_the_argument(default_check):
 
 @pytest.mark.slow
 def test_every_case_both_layouts(full_check):
-    from jaxpool.halo_check import CASES
+    from jaxpool.halo.check import CASES
     result = full_check
     for rows in (result["rows"], result["jit_rows"]):
         assert len(rows) == 2 * len(CASES)
@@ -167,36 +167,36 @@ def test_every_case_both_layouts(full_check):
 
 def test_pool_halo_reads_one_row_of_the_previous_block():
     plan = avg_pool_plan(64, 3, 2, 1, False, True)
-    h = halo.pool_halo("h", plan, 8)
+    h = halo_plan.pool_halo("h", plan, 8)
     assert (h.left, h.right, h.block, h.out_block) == (1, 0, 8, 4)
     # the first device's window 0 starts in the padding: its kept rows start at its block
     assert h.kept(0) == (1, 9) and h.kept(3) == (0, 9)
-    first, inner = halo.local_pool_axis(plan, h, 0), halo.local_pool_axis(plan, h, 3)
+    first, inner = halo_plan.local_pool_axis(plan, h, 0), halo_plan.local_pool_axis(plan, h, 3)
     assert first.pad_lo == 1 and inner.pad_lo == 0
     assert inner.starts == (0, 2, 4, 6) and inner.divisors == (3,) * 4
 
 
 def test_ragged_adaptive_windows_repeat_per_device():
     plan = adaptive_plan(64, 24)
-    h = halo.pool_halo("h", plan, 8)
+    h = halo_plan.pool_halo("h", plan, 8)
     assert (h.left, h.right) == (0, 0)
-    assert len({halo.local_pool_axis(plan, h, s) for s in range(8)}) == 1
+    assert len({halo_plan.local_pool_axis(plan, h, s) for s in range(8)}) == 1
     with pytest.raises(ValueError, match="output extent 7 .* 'h' does not divide"):
-        halo.pool_halo("h", adaptive_plan(64, 7), 8)
+        halo_plan.pool_halo("h", adaptive_plan(64, 7), 8)
 
 
 def test_max_pool_halo_and_too_wide():
-    h = halo.pool_halo("w", max_pool_plan(32, 3, 1, 1, 1, False), 8)
+    h = halo_plan.pool_halo("w", max_pool_plan(32, 3, 1, 1, 1, False), 8)
     assert (h.left, h.right) == (1, 1)
     with pytest.raises(ValueError, match="more than the 4 rows"):
-        halo.pool_halo("w", avg_pool_plan(32, 11, 1, 5, False, True), 8)
+        halo_plan.pool_halo("w", avg_pool_plan(32, 11, 1, 5, False, True), 8)
 
 
 def test_bilinear_halo_each_way():
     plan = axis_sampling("bilinear", 32, 64, False, 2.0, "float32", False, 2)
-    h = halo.sampling_halo("h", plan, 8)
+    h = halo_plan.sampling_halo("h", plan, 8)
     assert (h.left, h.right) == (1, 1)
-    local = halo.local_sampling(plan, h, 3)
+    local = halo_plan.local_sampling(plan, h, 3)
     assert local.in_size == 6 and local.out_size == 8
     assert min(min(t) for t in local.taps) >= 0 and max(max(t) for t in local.taps) < 6
 
@@ -205,7 +205,7 @@ def test_bilinear_halo_each_way():
 def test_pad_rows_match_numpy(mode):
     import numpy as np
     n, lo, hi = 8, 3, 2
-    rows = halo.pad_rows(mode, n, lo, hi)
+    rows = halo_plan.pad_rows(mode, n, lo, hi)
     x = np.arange(n)
     numpy_mode = {"replicate": "edge", "circular": "wrap"}.get(mode, mode)
     want = (np.pad(x, (lo, hi), constant_values=-1) if mode == "constant"
@@ -217,7 +217,7 @@ def test_pad_rows_match_numpy(mode):
 def test_runs_cover_rows():
     rows = (3, 2, 1, 0, 1, 2, None, None, 5)
     out = []
-    for first, step, count in halo.runs(rows):
+    for first, step, count in halo_plan.runs(rows):
         out += [None] * count if first is None else [first + step * i for i in range(count)]
     assert tuple(out) == rows
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 import jaxpool
 from jaxpool import strategy_table
-from jaxpool._gather import ADDING
-from jaxpool.plan import plan_avg_pool
-from jaxpool.sampling import SAMPLING_STRATEGIES
-from jaxpool.windows import STRATEGIES, TANGENTS
+from jaxpool.core.gather import ADDING
+from jaxpool.pooling.plan import plan_avg_pool
+from jaxpool.resampling.plan import SAMPLING_STRATEGIES
+from jaxpool.pooling.windows import STRATEGIES, TANGENTS
 from strategy_cases import CASES, TORCH, plans
 
 pytestmark = pytest.mark.usefixtures("x64")

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from jaxpool.windows import holds_no_element, max_pool_plan
+from jaxpool.pooling.windows import holds_no_element, max_pool_plan
 from torch_reference import to_channels_first, to_channels_last
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -339,8 +339,8 @@ def test_every_small_case_matches_torch_under_every_transform(cases):
 def test_the_sweeps_cover_every_op_and_strategy():
     """Each op in 1d, 2d and 3d (global: 2d), and every per-axis strategy of the average
     and max ops, appears in the default run's sample."""
-    from jaxpool import plan as planning
-    from jaxpool.windows import STRATEGIES, TANGENTS, choose_max_strategy, window_families
+    from jaxpool.pooling import plan as planning
+    from jaxpool.pooling.windows import STRATEGIES, TANGENTS, choose_max_strategy, window_families
 
     sampled = [c for p in GROUPS if not p.marks for c in p.values[0]]
     assert {(c.op, c.ndim) for c in sampled} == set(SWEEPS)

@@ -47,7 +47,7 @@ assert_type(jaxpool.shapes.max_pool2d(x.shape, 3, 2, 1), tuple[int, ...])
 assert_type(jaxpool.shapes.global_avg_pool((8, 3, 7, 7)), tuple[int, int])
 
 # Modules: typed fields in torch.nn's order.
-assert_type(jaxpool.nnx.MaxPool2d(3, 2, 1).kernel_size, jaxpool.pooling.Size)
+assert_type(jaxpool.nnx.MaxPool2d(3, 2, 1).kernel_size, jaxpool.pooling.functions.Size)
 jaxpool.linen.AvgPool2d(kernel_size=2, ceil_mode=True)
 jaxpool.nnx.AdaptiveAvgPool2d((4, 4))
 assert isinstance(jaxpool.nnx.GlobalAvgPool(), nnx.Module)

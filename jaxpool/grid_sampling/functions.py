@@ -1,0 +1,135 @@
+"""``torch.nn.functional.grid_sample`` and ``affine_grid``: reading at positions the data
+gives, torch-exact, with derivatives of every order (in the input and the grid, in both
+modes) whose only gathers read and which hold no scatter (:mod:`jaxpool.core.gather`).
+
+:mod:`jaxpool.grid_sampling.plan` checks and plans a call in plain Python, :mod:`jaxpool.grid_sampling.kernel`
+computes it.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.typing import ArrayLike
+
+from jaxpool import registry
+from jaxpool.grid_sampling import kernel
+from jaxpool.grid_sampling.plan import (affine_grid_plan, default_align_corners, dtype_name,
+                               grid_sample_plan)
+from jaxpool.registry import Prepared, Spec
+
+# the warning's frame: the user's call, above run, prepare and default_align_corners
+_CALLER = 4
+
+
+def _prepare_grid_sample(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, grid = arrays
+    plan = grid_sample_plan(x.shape, dtype_name(x), grid.shape, dtype_name(grid), a["mode"],
+                            a["padding_mode"], a["align_corners"], a["channels_last"])
+    default_align_corners(a["align_corners"], _CALLER)
+    # a sharded input is replicated by XLA's partitioner: the reads go anywhere
+    return Prepared(lambda x, grid, names: kernel.grid_sample(plan, x, grid), (),
+                    partitions=False)
+
+
+@registry.op(Spec("grid_sample", "grid_sample", _prepare_grid_sample, arrays=("input", "grid"),
+                  differentiable=("input", "grid"), torch="torch.nn.functional.grid_sample",
+                  aten=("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"),
+                  opinfo=("nn.functional.grid_sample",),
+                  samples=(
+                      (((2, 3, 5, 6), (2, 4, 3, 2)), dict(mode="bilinear", align_corners=False)),
+                      (((1, 2, 4, 5), (1, 3, 4, 2)), dict(mode="bicubic",
+                                                          padding_mode="reflection",
+                                                          align_corners=True)),
+                      (((1, 2, 3, 4, 5), (1, 2, 3, 2, 3)), dict(padding_mode="border",
+                                                                align_corners=False)),
+                      (((2, 3, 5, 6), (2, 4, 3, 2)), dict(mode="nearest",
+                                                          padding_mode="reflection",
+                                                          align_corners=False))),
+                  errors=(
+                      ("bicubic on 5-D input", ((1, 2, 3, 4, 5), (1, 2, 3, 2, 3)),
+                       dict(mode="bicubic", align_corners=False)),
+                      ("grid's last axis 3 on 4-D input", ((1, 2, 4, 5), (1, 3, 4, 3)),
+                       dict(align_corners=False)),
+                      ("batch mismatch", ((2, 2, 4, 5), (1, 3, 4, 2)),
+                       dict(align_corners=False)),
+                      ("unknown mode", ((1, 2, 4, 5), (1, 3, 4, 2)),
+                       dict(mode="linear", align_corners=False)),
+                      ("unknown padding_mode", ((1, 2, 4, 5), (1, 3, 4, 2)),
+                       dict(padding_mode="wrap", align_corners=False)))))
+def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
+                padding_mode: str = "zeros", align_corners: bool | None = None, *,
+                channels_last: bool = False) -> jax.Array:
+    """Sample ``input`` at the grid's points, as ``torch.nn.functional.grid_sample``.
+
+    Each point ``(x, y[, z])`` of the grid is in ``[-1, 1]`` (the corners' centres with
+    ``align_corners``, else their outer edges); ``mode`` ``bilinear`` (trilinear on 5-D
+    input) weighs the 4 (8) corners around it, ``nearest`` copies the nearest element
+    (torch's rounding, half to even: bit for bit), ``bicubic`` (4-D only) weighs 16 taps
+    with torch's cubic (A = -0.75). ``padding_mode`` says what is read outside: ``zeros``,
+    ``border`` (the edge) or ``reflection``. The arithmetic is torch's CPU kernels' (the
+    vectorized one for 4-D input, the scalar one for 5-D), NaN and inf included; the
+    derivatives in the input and the grid are torch's, one-sided at the borders where its
+    kernel is, and every order in both modes reads with gathers and adds back with a sorted,
+    segmented sum: no scatter, so they repeat bit for bit on GPU and TPU (torch's CUDA
+    backward adds with atomics).
+
+    Args:
+      input: ``[N, C, H, W]`` or ``[N, C, D, H, W]``; with ``channels_last``,
+        ``[N, H, W, C]`` or ``[N, D, H, W, C]``. Floating point.
+      grid: ``[N, Ho, Wo, 2]`` or ``[N, Do, Ho, Wo, 3]`` in ``input``'s dtype; the last
+        axis holds ``(x, y[, z])``, x along the last spatial axis.
+      mode: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+      padding_mode: ``"zeros"``, ``"border"`` or ``"reflection"``.
+      align_corners: as torch's (None is False, with torch's warning).
+      channels_last: channels after the spatial axes, in ``input`` and the result.
+
+    Returns:
+      ``[N, C, Ho, Wo]`` (``[N, C, Do, Ho, Wo]``; channels last ``[N, Ho, Wo, C]``) in
+      ``input``'s dtype; float16/bfloat16 compute in float32 and round once.
+
+    Example:
+      >>> theta = jnp.asarray([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+      >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+      >>> grid = jaxpool.affine_grid(theta, (1, 1, 4, 4), align_corners=False)
+      >>> bool((jaxpool.grid_sample(x, grid, align_corners=False) == x).all())
+      True
+    """
+    return registry.run("grid_sample", locals())
+
+
+def _prepare_affine_grid(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    theta, = arrays
+    align = default_align_corners(a["align_corners"], _CALLER)
+    plan = affine_grid_plan(theta.shape, dtype_name(theta), a["size"], align)
+    return Prepared(lambda theta, names: kernel.affine_grid(plan, theta), (),
+                    partitions=False)
+
+
+@registry.op(Spec("affine_grid", "affine_grid", _prepare_affine_grid, arrays=("theta",),
+                  differentiable=("theta",), torch="torch.nn.functional.affine_grid",
+                  aten=("affine_grid_generator",),
+                  samples=((((2, 2, 3),), dict(size=(2, 3, 4, 5), align_corners=False)),
+                           (((1, 3, 4),), dict(size=(1, 2, 3, 4, 5), align_corners=True))),
+                  errors=(("theta for 3-D with a 4-D size", ((2, 3, 4),),
+                           dict(size=(2, 3, 4, 5), align_corners=False)),
+                          ("size of 3 entries", ((2, 2, 3),),
+                           dict(size=(2, 3, 4), align_corners=False)))))
+def affine_grid(theta: ArrayLike, size: tuple[int, ...], align_corners: bool | None = None
+                ) -> jax.Array:
+    """The grid of an affine map, as ``torch.nn.functional.affine_grid``: for
+    :func:`grid_sample`, a spatial transformer's sampling grid.
+
+    Args:
+      theta: ``[N, 2, 3]`` (2-D) or ``[N, 3, 4]`` (3-D) affine matrices, floating point.
+      size: the output's size ``(N, C, H, W)`` or ``(N, C, D, H, W)``.
+      align_corners: as :func:`grid_sample`'s (None is False, with torch's warning).
+
+    Returns:
+      ``[N, H, W, 2]`` (``[N, D, H, W, 3]``) in ``theta``'s dtype: ``theta`` applied to the
+      normalised coordinates of every output point, as torch computes them.
+
+    Example:
+      >>> jaxpool.affine_grid(jnp.zeros((2, 2, 3)), (2, 3, 5, 7), align_corners=True).shape
+      (2, 5, 7, 2)
+    """
+    return registry.run("affine_grid", locals())

@@ -1,0 +1,113 @@
+"""``torch.nn.functional.unfold`` and ``fold`` (im2col and col2im) over two spatial axes.
+
+``unfold``: ``[N, C, H, W] -> [N, C*kh*kw, L]``, column ``l`` holding block ``l`` (row-major
+over the ``bh x bw`` blocks), its features channel-major, then the kernel taps row-major
+(as ``lax.conv_general_dilated_patches`` gives them on ``NCHW`` input). ``fold`` is its
+adjoint: each column's entries are added back at their taps, overlaps summed.
+
+The windows are fixed by the shapes, so both are written with static slices and pads only:
+``unfold`` stacks one strided slice of the zero-padded input per tap, ``fold`` adds one
+interior-padded copy of each tap's columns. Their derivatives are then slices and pads too,
+with no scatter or gather at any order.
+
+Only the two-dimensional form exists, as in torch: ``unfold`` takes rank 4 (or unbatched
+rank 3), ``fold`` rank 3 (or unbatched rank 2).
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.typing import ArrayLike
+
+from jaxpool import registry
+from jaxpool.patches import kernel
+from jaxpool.patches.plan import Size, plan_fold, plan_unfold
+from jaxpool.registry import Prepared, Spec
+
+
+def _prepare_unfold(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, = arrays
+    plan = plan_unfold(x.shape, x.dtype, a["kernel_size"], a["dilation"], a["padding"],
+                       a["stride"])
+    return Prepared(lambda x, names: kernel.unfold(plan, x), (), partitions=False)
+
+
+def _prepare_fold(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    x, = arrays
+    plan = plan_fold(x.shape, x.dtype, a["output_size"], a["kernel_size"], a["dilation"],
+                     a["padding"], a["stride"])
+    return Prepared(lambda x, names: kernel.fold(plan, x), (), partitions=False)
+
+
+@registry.op(Spec("unfold", "unfold", _prepare_unfold, arrays=("input",),
+                  differentiable=("input",), torch="torch.nn.functional.unfold",
+                  aten=("im2col",), opinfo=("nn.functional.unfold",), modules=("Unfold",),
+                  samples=((((2, 3, 7, 9),), dict(kernel_size=(3, 2), dilation=(1, 2),
+                                                  padding=1, stride=(2, 1))),
+                           (((3, 5, 6),), dict(kernel_size=2))),
+                  errors=(("kernel_size 0", ((2, 3, 5, 6),), dict(kernel_size=0)),
+                          ("rank 5", ((1, 2, 3, 5, 6),), dict(kernel_size=2)),
+                          ("kernel larger than input", ((1, 2, 3, 3),), dict(kernel_size=4)))))
+def unfold(input: ArrayLike, kernel_size: Size, dilation: Size = 1, padding: Size = 0,
+           stride: Size = 1) -> jax.Array:
+    """Sliding blocks of an image as columns, as ``torch.nn.functional.unfold`` (im2col).
+
+    ``[N, C, H, W] -> [N, C*kh*kw, L]`` (unbatched ``[C, H, W] -> [C*kh*kw, L]``) with
+    ``L = bh*bw`` blocks, ``b = (n + 2*p - d*(k - 1) - 1) // s + 1`` per axis. Column
+    ``l = i*bw + j`` holds the block at ``(i*sh - ph, j*sw - pw)``, feature
+    ``c*kh*kw + u*kw + v`` its element ``(c, u*dh, v*dw)``; zero padding reads ``+0``.
+
+    Args:
+      input: ``[N, C, H, W]`` or ``[C, H, W]`` floating point; ``N`` may be 0.
+      kernel_size, dilation, stride: positive ints, or pairs (height, width).
+      padding: zeros added on both sides of each spatial axis: a non-negative int or pair.
+
+    Returns:
+      ``[N, C*kh*kw, L]`` (or ``[C*kh*kw, L]``) in ``input``'s dtype, every value copied.
+
+    Example:
+      >>> jaxpool.unfold(jnp.ones((8, 3, 32, 32)), 3, padding=1, stride=2).shape
+      (8, 27, 256)
+    """
+    return registry.run("unfold", locals())
+
+
+@registry.op(Spec("fold", "unfold", _prepare_fold, arrays=("input",),
+                  differentiable=("input",), torch="torch.nn.functional.fold",
+                  aten=("col2im",), modules=("Fold",),
+                  samples=((((2, 12, 20),), dict(output_size=(5, 6), kernel_size=2)),
+                           (((1, 18, 16),), dict(output_size=(7, 8), kernel_size=3, padding=1,
+                                                 stride=2))),
+                  errors=(("blocks that do not match output_size", ((1, 12, 19),),
+                           dict(output_size=(5, 6), kernel_size=2)),
+                          ("channels not divisible by the kernel", ((1, 10, 20),),
+                           dict(output_size=(5, 6), kernel_size=2)))))
+def fold(input: ArrayLike, output_size: Size, kernel_size: Size, dilation: Size = 1,
+         padding: Size = 0, stride: Size = 1) -> jax.Array:
+    """Columns summed back into an image, as ``torch.nn.functional.fold`` (col2im): the
+    adjoint of :func:`unfold`.
+
+    ``[N, C*kh*kw, L] -> [N, C, H, W]`` (unbatched ``[C*kh*kw, L] -> [C, H, W]``) with
+    ``(H, W) = output_size``; ``L`` must be the number of blocks :func:`unfold` gives for
+    that size. Each pixel adds the entries that read it in torch's order (kernel taps
+    row-major, from zero, in ``input``'s dtype: half precision rounds after every
+    addition, as torch on the CPU); entries that land in the padding are dropped.
+
+    Args:
+      input: ``[N, C*kh*kw, L]`` or ``[C*kh*kw, L]`` floating point; ``N`` may be 0.
+      output_size: the image's ``(H, W)``: a positive int or pair.
+      kernel_size, dilation, stride: positive ints, or pairs (height, width).
+      padding: the non-negative int or pair :func:`unfold` padded with.
+
+    Returns:
+      ``[N, C, H, W]`` (or ``[C, H, W]``) in ``input``'s dtype.
+
+    Example:
+      >>> columns = jaxpool.unfold(jnp.ones((1, 1, 4, 4)), 2)        # 9 overlapping blocks
+      >>> jaxpool.fold(columns, (4, 4), 2)[0, 0]                   # how many read each pixel
+      Array([[1., 2., 2., 1.],
+             [2., 4., 4., 2.],
+             [2., 4., 4., 2.],
+             [1., 2., 2., 1.]], dtype=float32)
+    """
+    return registry.run("fold", locals())
