@@ -14,6 +14,10 @@ Each public function is written as::
     def avg_pool2d(x, kernel_size, ...) -> jax.Array:
         return registry.run("avg_pool2d", locals())
 
+    def _prepare_avg(spec, x, *, kernel_size: Size, ..., axis_names: AxisNames) -> Prepared:
+        plan = plan_avg_pool(...)  # the checks, in plain Python
+        return Prepared(lambda x, names: ..., plan.spatial_axes)
+
 and :func:`run` does the rest, the same way for every op: the arrays' static shapes and
 dtypes, the checks and the plan (``prepare``), then the route: the per-device code inside
 ``shard_map`` (``axis_names``), the partitioned primitive under ``jit`` on several devices
@@ -23,15 +27,13 @@ dtypes, the checks and the plan (``prepare``), then the route: the per-device co
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from jaxpool.core import checks
+from jaxpool.core.types import F
 from jaxpool.halo import jit as halo_jit
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 HALO_RULES = ("pool", "resample", "unpool", "pad", "shuffle", "replicate", "delegate")
 """How an op runs on a spatially sharded input: ``pool``, ``resample``, ``unpool``, ``pad``
@@ -60,9 +62,10 @@ class Prepared(NamedTuple):
 class Spec:
     """One op (see the module docstring).
 
-    ``prepare(spec, arrays, args, axis_names) -> Prepared`` raises the op's argument
-    errors before any computation; ``arrays`` are the array arguments with a static shape
-    and dtype (not yet converted), ``args`` every other argument by name."""
+    ``prepare(spec, *arrays, axis_names=..., **arguments) -> Prepared`` raises the op's
+    argument errors before any computation; ``arrays`` are the array arguments with a
+    static shape and dtype (not yet converted), by position; every other argument comes as
+    a typed keyword of ``prepare``'s signature."""
 
     name: str
     family: str  # ops that share a docstring and a kernel: "max_pool" for max_pool1d/2d/3d
@@ -125,48 +128,20 @@ def static(op_name: str, x: Any) -> Any:
 
 def run(name: str, args: dict[str, Any]) -> Any:
     """Runs the op ``name`` on its arguments, by name (the public function's ``locals()``):
-    check -> plan -> route."""
+    check -> plan -> route. The spec's ``prepare`` takes the arrays by position and every
+    other argument as a keyword."""
     spec = SPECS[name]
     axis_names = args.pop("axis_names", None)  # (``args`` is the caller's own locals())
     if len(spec.arrays) == 1:  # the usual call, without a loop: eager calls count each us
         x = static(name, args.pop(spec.arrays[0]))
-        call = spec.prepare(spec, (x,), args, axis_names)
+        call = spec.prepare(spec, x, axis_names=axis_names, **args)
         if axis_names is None and call.partitions and halo_jit.active(x):
             return halo_jit.call(FUNCTIONS[name], {spec.arrays[0]: x}, call.spatial, args,
                                  single=call.single)
         return call.compute(checks.as_jax(x), axis_names)
     arrays = tuple(static(name, args.pop(a)) for a in spec.arrays)
-    call = spec.prepare(spec, arrays, args, axis_names)
+    call = spec.prepare(spec, *arrays, axis_names=axis_names, **args)
     if axis_names is None and call.partitions and halo_jit.active(arrays[0]):
         return halo_jit.call(FUNCTIONS[name], dict(zip(spec.arrays, arrays)), call.spatial,
                              args, single=call.single)
     return call.compute(*(checks.as_jax(a) for a in arrays), axis_names)
-
-
-# --- a family's functions from one signature ----------------------------------------------
-
-def function(name: str, signature: Callable[..., Any], doc: str, module: str) -> Callable:
-    """The public function ``name``: the parameters of ``signature`` (a ``Protocol``'s
-    ``__call__``, which types the family for checkers), the docstring ``doc``, and the body
-    ``return run(name, locals())``.
-
-    A 1d/2d/3d family is written once, as one protocol and one docstring; its functions
-    are real functions (``inspect.signature``, ``help`` and the docs see their
-    parameters), compiled from source as ``dataclasses`` compiles ``__init__``."""
-    parameters = list(inspect.signature(signature).parameters.values())[1:]  # not self
-    defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
-    source, keyword_only = [], False
-    for p in parameters:
-        if p.kind is p.KEYWORD_ONLY and not keyword_only:
-            source.append("*")
-            keyword_only = True
-        source.append(f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name)
-    namespace: dict[str, Any] = {"_run": run, "_defaults": defaults}
-    exec(f"def {name}({', '.join(source)}):\n    return _run({name!r}, locals())\n",
-         namespace)
-    made = namespace[name]
-    made.__doc__, made.__module__, made.__qualname__ = doc, module, name
-    made.__annotations__ = {p.name: p.annotation for p in parameters
-                            if p.annotation is not p.empty}
-    made.__annotations__["return"] = inspect.signature(signature).return_annotation
-    return made

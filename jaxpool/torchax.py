@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 import jaxpool
 from jaxpool import registry
+from jaxpool.grid_sampling import plan as grid_sampling_plan
 
 # --- importing torchax --------------------------------------------------------------------
 
@@ -224,14 +225,11 @@ def _resize(mode: str, antialias: bool = False):
 
 aten = torch.ops.aten
 
-# ATen's grid_sampler codes for its modes and padding modes
-_GRID_MODES = ("bilinear", "nearest", "bicubic")
-_GRID_PADDINGS = ("zeros", "border", "reflection")
-
-
 def _grid_sampler(x, grid, interpolation_mode, padding_mode, align_corners):
-    return jaxpool.grid_sample(x, grid, _GRID_MODES[interpolation_mode],
-                               _GRID_PADDINGS[padding_mode], align_corners)
+    # ATen codes a mode and a padding mode by its position in torch's lists, which
+    # grid_sampling's plan keeps in torch's order
+    return jaxpool.grid_sample(x, grid, grid_sampling_plan.MODES[interpolation_mode],
+                               grid_sampling_plan.PADDING_MODES[padding_mode], align_corners)
 
 
 def _fractional(function):

@@ -12,14 +12,8 @@ import jax
 import jax.numpy
 import numpy as np
 
-INT_MAX = 2**31 - 1
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+from jaxpool.core.dtypes import FLOATING, INT32_MAX
 
-
-def compute_dtype(dtype: str) -> str:
-    """The dtype an op computes in: float32 for float16 and bfloat16 (rounded once at the
-    end), else ``dtype`` itself."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def check_array(op: str, x) -> None:
@@ -98,7 +92,7 @@ def int_tuple(name: str, value, ndim: int, *, minimum: int, allow_none: bool = F
     ``allow_none``. An int is any concrete integer (see :func:`as_int`)."""
     noun = "an int, None" if allow_none else "an int"
     counts = f"1 or {ndim}" if repeat_single and ndim > 1 else f"{ndim}"
-    accepted = f"{noun} or a tuple of {counts} such values, each in [{minimum}, {INT_MAX}]"
+    accepted = f"{noun} or a tuple of {counts} such values, each in [{minimum}, {INT32_MAX}]"
     entries = _entries(name, value, accepted)
     if entries is None:
         items = (value,) * ndim
@@ -109,7 +103,7 @@ def int_tuple(name: str, value, ndim: int, *, minimum: int, allow_none: bool = F
                          f"got {value!r} with {len(entries)}; expected {accepted}")
     sizes = tuple(None if item is None and allow_none else as_int(name, item, value, accepted)
                   for item in items)
-    if any(size is not None and not minimum <= size <= INT_MAX for size in sizes):
+    if any(size is not None and not minimum <= size <= INT32_MAX for size in sizes):
         raise ValueError(f"{name} must be {accepted}, got {value!r}")
     return sizes
 
@@ -153,8 +147,8 @@ def check_input(op: str, shape: tuple, dtype, ndim: int, channels_last: bool,
 
 def check_dtype(op: str, dtype) -> None:
     name = np.dtype(dtype).name
-    if name not in FLOAT_DTYPES:
-        raise TypeError(f"{op} expects a floating-point x ({', '.join(FLOAT_DTYPES)}), "
+    if name not in FLOATING:
+        raise TypeError(f"{op} expects a floating-point x ({', '.join(FLOATING)}), "
                         f"got dtype {name}")
 
 

@@ -6,6 +6,10 @@ A family's docstring is a ``str.format`` template over the fields of :func:`rank
 
 from __future__ import annotations
 
+from typing import Callable
+
+from jaxpool.core.types import F
+
 AXIS_NAMES = """\
 axis_names: inside ``shard_map``, the mesh axis name of each sharded spatial
         axis, outermost first (None: unsharded): each device exchanges only its halo.
@@ -41,3 +45,11 @@ def rank_fields(ndim: int) -> dict[str, str]:
 def fill(template: str, ndim: int, **fields: str) -> str:
     """``template`` filled in for rank ``ndim`` (``fields`` add to or replace the rank's)."""
     return template.format(**{**rank_fields(ndim), **fields})
+
+
+def filled(template: str, ndim: int, **fields: str) -> Callable[[F], F]:
+    """A decorator that sets a rank's docstring: ``template`` filled in for ``ndim``."""
+    def set_doc(function: F) -> F:
+        function.__doc__ = fill(template, ndim, **fields)
+        return function
+    return set_doc

@@ -10,8 +10,9 @@ every derivative order: the two are each other's transposes (two ``linear_primit
 so no derivative of any order holds a scatter.
 
 Where a scatter-add is deterministic (XLA:CPU runs it in one thread, in the order of the
-rows), ``adding="scatter"`` makes the transpose one, measured faster there; the strategy
-table says where (:data:`ADDING`). The sort is then never used, and XLA drops it.
+rows), ``adding="scatter"`` makes the transpose one, faster there (BENCHMARKS.md, "The
+price of determinism"); the strategy table says where (:data:`ADDING`). The sort is then
+never used, and XLA drops it.
 """
 
 from __future__ import annotations

@@ -90,9 +90,9 @@ def hash_once(cls: C) -> C:
     """A frozen dataclass whose hash is computed once per object and kept.
 
     A plan is a static argument of its op's compiled program, so ``jax.jit`` hashes it on
-    every eager call, and a plan's per-window and per-output tuples make that slow (35 us
-    for bilinear 224 -> 448). The kept hash is left out of pickles (a string's hash
-    differs between processes)."""
+    every eager call, and a plan's per-window and per-output tuples make that slow
+    (BENCHMARKS.md, "Eager calls"; evidence ``hash_once``). The kept hash is left out of
+    pickles (a string's hash differs between processes)."""
     fields_hash = vars(cls)["__hash__"]  # the dataclass's, over its fields
 
     def __hash__(self) -> int:

@@ -1,6 +1,7 @@
 """A linear map along one axis as a matrix product, with NaN and inf where torch's sum of
 products puts them: the one place both the window sums (:mod:`jaxpool.pooling.kernel`) and the
-resampling weights (:mod:`jaxpool.resampling.kernel`) take it from.
+resampling weights (:mod:`jaxpool.resampling.kernel`) take it from, with the two layouts of
+the product they use.
 """
 
 from __future__ import annotations
@@ -10,10 +11,32 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 Product = Callable[[jax.Array, int, np.ndarray], jax.Array]
 """``product(x, axis, matrix)``: ``matrix`` ``[out, in]`` applied along ``axis`` (each
 caller keeps its own layout of the contraction: the bits of a finite sum depend on it)."""
+
+
+def matmul_moved(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
+    """``matrix`` ``[out, in]`` applied along ``axis``: the contraction, then its output axis
+    moved back into place (the window sums' layout)."""
+    # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
+    out = lax.dot_general(x, jnp.asarray(matrix, dtype=x.dtype), (((axis,), (1,)), ((), ())),
+                          precision=lax.Precision.HIGHEST)
+    return jnp.moveaxis(out, -1, axis)
+
+
+def matmul_in_place(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
+    """``matrix`` ``[out, in]`` applied along ``axis``, the other axes kept in place: an
+    einsum lets XLA lay the product out, which is faster on an outer axis than
+    :func:`matmul_moved` (BENCHMARKS.md, interpolate's matrix rows; the resampling
+    weights' layout)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"[:x.ndim]
+    out = letters[:axis] + "Z" + letters[axis + 1:]
+    # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
+    return jnp.einsum(f"{letters},Z{letters[axis]}->{out}", x,
+                      jnp.asarray(matrix, dtype=x.dtype), precision=lax.Precision.HIGHEST)
 
 
 def matmul_keeping_nonfinite(x: jax.Array, axis: int, matrix: np.ndarray, product: Product,

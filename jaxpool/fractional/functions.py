@@ -11,20 +11,21 @@ checks and plans a call in plain Python, :mod:`jaxpool.fractional.kernel` comput
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import jax
 import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import registry
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
+from jaxpool.core.types import AxisNames, Size
 from jaxpool.fractional import kernel
-from jaxpool.fractional.plan import check_sample_values, dtype_name, plan_fractional
+from jaxpool.fractional.plan import check_sample_values, plan_fractional
 from jaxpool.registry import Prepared, Spec
 
-Size = Union[int, Sequence[int]]
 Ratio = Union[float, Sequence[float]]
+"""A fraction for every spatial axis, or one per axis."""
 
 
 def _check_key(name: str, key) -> None:
@@ -37,19 +38,18 @@ def _check_key(name: str, key) -> None:
                     f"jax.random.PRNGKey(seed)), got {key!r}")
 
 
-def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    samples, key = a["samples"], a["key"]
+def _prepare(spec: Spec, x: Any, *, kernel_size: Size, output_size: Size | None,
+             output_ratio: Ratio | None, return_indices: bool, samples: Any, key: Any,
+             channels_last: bool, axis_names: AxisNames) -> Prepared:
     if samples is not None:
         samples = registry.static(spec.name, samples)
     if key is not None:
         _check_key(spec.name, key)
     plan = plan_fractional(
-        spec.name, x.shape, x.dtype, spec.rank, a["kernel_size"], a["output_size"],
-        a["output_ratio"],
+        spec.name, x.shape, x.dtype, spec.rank, kernel_size, output_size, output_ratio,
         None if samples is None else samples.shape,
-        None if samples is None else dtype_name(samples), key is not None, a["channels_last"])
-    with_indices = checks.check_bool(f"{spec.name}: return_indices", a["return_indices"])
+        None if samples is None else dtypes.name(samples), key is not None, channels_last)
+    with_indices = checks.check_bool(f"{spec.name}: return_indices", return_indices)
     if samples is not None:
         try:
             concrete = np.asarray(samples)

@@ -24,9 +24,8 @@ from typing import Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
 import numpy as np
 
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
 
-_INT32_MAX = 2 ** 31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +61,7 @@ class FractionalPlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes the window starts in float32, rounding every step."""
-        return checks.compute_dtype(self.dtype)
+        return dtypes.compute_dtype(self.dtype)
 
     @property
     def output_shape(self) -> tuple:
@@ -70,10 +69,6 @@ class FractionalPlan:
         if self.channels_last:
             return lead + self.out_spatial + (self.channels,)
         return lead + (self.channels,) + self.out_spatial
-
-
-def dtype_name(x) -> str:
-    return np.dtype(x.dtype).name if hasattr(x, "dtype") else type(x).__name__
 
 
 def _ratios(name: str, output_ratio, dims: int) -> tuple:
@@ -141,8 +136,8 @@ def plan_fractional(name: str, input_shape: Sequence[int], dtype, dims: int, ker
     channels = shape[channel_axis]
     planes = batch * channels
     taps = math.prod(kernel)
-    if planes * math.prod(in_spatial) > _INT32_MAX or \
-            planes * math.prod(out) * taps > _INT32_MAX:
+    if planes * math.prod(in_spatial) > dtypes.INT32_MAX or \
+            planes * math.prod(out) * taps > dtypes.INT32_MAX:
         raise ValueError(f"{name}: input of shape {shape} with output {out} and kernel "
                          f"{kernel} has more positions than int32 indexes")
     expected = (batch, channels, dims)

@@ -8,24 +8,25 @@ computes it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 from jax.typing import ArrayLike
 
 from jaxpool import registry
+from jaxpool.core import dtypes
+from jaxpool.core.types import AxisNames
 from jaxpool.grid_sampling import kernel
-from jaxpool.grid_sampling.plan import (affine_grid_plan, default_align_corners, dtype_name,
-                               grid_sample_plan)
+from jaxpool.grid_sampling.plan import (plan_affine_grid, default_align_corners,
+                               plan_grid_sample)
 from jaxpool.registry import Prepared, Spec
 
-# the warning's frame: the user's call, above run, prepare and default_align_corners
-_CALLER = 4
-
-
-def _prepare_grid_sample(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, grid = arrays
-    plan = grid_sample_plan(x.shape, dtype_name(x), grid.shape, dtype_name(grid), a["mode"],
-                            a["padding_mode"], a["align_corners"], a["channels_last"])
-    default_align_corners(a["align_corners"], _CALLER)
+def _prepare_grid_sample(spec: Spec, x: Any, grid: Any, *, mode: str, padding_mode: str,
+                         align_corners: bool | None, channels_last: bool,
+                         axis_names: AxisNames) -> Prepared:
+    plan = plan_grid_sample(x.shape, dtypes.name(x), grid.shape, dtypes.name(grid), mode,
+                            padding_mode, align_corners, channels_last)
+    default_align_corners(align_corners)
     # a sharded input is replicated by XLA's partitioner: the reads go anywhere
     return Prepared(lambda x, grid, names: kernel.grid_sample(plan, x, grid), (),
                     partitions=False)
@@ -97,10 +98,10 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
     return registry.run("grid_sample", locals())
 
 
-def _prepare_affine_grid(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    theta, = arrays
-    align = default_align_corners(a["align_corners"], _CALLER)
-    plan = affine_grid_plan(theta.shape, dtype_name(theta), a["size"], align)
+def _prepare_affine_grid(spec: Spec, theta: Any, *, size: tuple[int, ...],
+                        align_corners: bool | None, axis_names: AxisNames) -> Prepared:
+    align = default_align_corners(align_corners)
+    plan = plan_affine_grid(theta.shape, dtypes.name(theta), size, align)
     return Prepared(lambda theta, names: kernel.affine_grid(plan, theta), (),
                     partitions=False)
 

@@ -9,11 +9,12 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxpool.core import checks
+from jaxpool.core import dtypes
+from jaxpool.core.stack import find_stack_level
 
+# In torch's order: ATen's grid_sampler codes each by its position (jaxpool.torchax reads them).
 MODES = ("bilinear", "nearest", "bicubic")
 PADDING_MODES = ("zeros", "border", "reflection")
-_INT32_MAX = 2 ** 31 - 1
 
 
 # --- plans: argument checks and static decisions, plain Python ----------------------------
@@ -39,7 +40,7 @@ class GridSamplePlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes in float32 and rounds once."""
-        return checks.compute_dtype(self.dtype)
+        return dtypes.compute_dtype(self.dtype)
 
     @property
     def out_shape(self) -> tuple:
@@ -48,15 +49,7 @@ class GridSamplePlan:
         return (self.batch, self.channels) + self.out_spatial
 
 
-def dtype_name(x) -> str:
-    return np.dtype(x.dtype).name if hasattr(x, "dtype") else type(x).__name__
-
-
-def _is_floating(dtype: str) -> bool:
-    return dtype in ("float16", "bfloat16", "float32", "float64")
-
-
-def grid_sample_plan(input_shape: Sequence[int], input_dtype: str, grid_shape: Sequence[int],
+def plan_grid_sample(input_shape: Sequence[int], input_dtype: str, grid_shape: Sequence[int],
                      grid_dtype: str, mode: str, padding_mode: str, align_corners,
                      channels_last: bool) -> GridSamplePlan:
     """torch's checks (``F.grid_sample``, ``check_grid_sampler_common``/``_2d``/``_3d``),
@@ -75,7 +68,7 @@ def grid_sample_plan(input_shape: Sequence[int], input_dtype: str, grid_shape: S
         raise ValueError(f"grid_sample: expected 4-D or 5-D input and grid with the same "
                          f"number of dimensions, got input of shape {input_shape} and grid "
                          f"of shape {grid_shape}")
-    if not _is_floating(input_dtype):
+    if not dtypes.is_floating(input_dtype):
         raise TypeError(f"grid_sample: input must have a floating dtype, got {input_dtype}")
     if grid_dtype != input_dtype:
         raise TypeError(f"grid_sample: expected input and grid to have the same dtype, got "
@@ -102,7 +95,7 @@ def grid_sample_plan(input_shape: Sequence[int], input_dtype: str, grid_shape: S
         raise ValueError(f"grid_sample: mode 'bicubic' supports only 4-D input, got input "
                          f"of shape {input_shape}")
     positions = batch * int(np.prod(in_spatial))
-    if positions > _INT32_MAX or 16 * batch * int(np.prod(grid_shape[1:-1])) > _INT32_MAX:
+    if positions > dtypes.INT32_MAX or 16 * batch * int(np.prod(grid_shape[1:-1])) > dtypes.INT32_MAX:
         raise ValueError(f"grid_sample: input of shape {input_shape} with grid of shape "
                          f"{grid_shape} has more positions than int32 indexes")
     return GridSamplePlan(mode, padding_mode, bool(align_corners), bool(channels_last),
@@ -120,13 +113,13 @@ class AffineGridPlan:
 
     @property
     def compute_dtype(self) -> str:
-        return checks.compute_dtype(self.dtype)
+        return dtypes.compute_dtype(self.dtype)
 
 
-def affine_grid_plan(theta_shape: Sequence[int], theta_dtype: str, size,
+def plan_affine_grid(theta_shape: Sequence[int], theta_dtype: str, size,
                      align_corners) -> AffineGridPlan:
     """torch's checks (``F.affine_grid``)."""
-    if not _is_floating(theta_dtype):
+    if not dtypes.is_floating(theta_dtype):
         raise TypeError(f"affine_grid: theta must have a floating dtype, got {theta_dtype}")
     try:
         size = tuple(int(s) for s in size)
@@ -153,13 +146,12 @@ def affine_grid_plan(theta_shape: Sequence[int], theta_dtype: str, size,
     return AffineGridPlan(size[0], spatial, bool(align_corners), theta_dtype)
 
 
-def default_align_corners(align_corners, stacklevel: int):
-    """``align_corners`` None is False, with torch's warning (``stacklevel``: the caller's
-    frame, counted from here)."""
+def default_align_corners(align_corners: bool | None) -> bool:
+    """``align_corners`` None is False, with torch's warning, raised at the user's line."""
     if align_corners is None:
         warnings.warn("Default grid_sample and affine_grid behavior has changed to "
                       "align_corners=False since 1.3.0. Please specify align_corners=True "
                       "if the old behavior is desired. See the documentation of "
-                      "grid_sample for details.", stacklevel=stacklevel + 1)
+                      "grid_sample for details.", stacklevel=find_stack_level())
         return False
     return align_corners

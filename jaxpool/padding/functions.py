@@ -7,7 +7,7 @@ and sums: no scatter, no gather.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import registry
+from jaxpool.core.types import AxisNames
 from jaxpool.halo import kernel as halo
 from jaxpool.padding import kernel
 from jaxpool.padding.plan import plan_pad
@@ -23,11 +24,10 @@ from jaxpool.registry import Prepared, Spec
 PadMode = Literal["constant", "reflect", "replicate", "circular"]
 
 
-def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    pad, channels_last = a["pad"], a["channels_last"]
+def _prepare(spec: Spec, x: Any, *, pad: Sequence[int], mode: PadMode, value: float | None,
+             channels_last: bool, axis_names: AxisNames) -> Prepared:
     shape = halo.pad_shape(x.shape, pad, channels_last, axis_names)  # unsharded
-    plan = plan_pad(shape, pad, a["mode"], a["value"], channels_last)
+    plan = plan_pad(shape, pad, mode, value, channels_last)
     fill = np.asarray(plan.value).astype(np.dtype(x.dtype))
     last = len(x.shape) - (2 if channels_last else 1)
 
@@ -47,7 +47,7 @@ def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
                                                       "Constant") for d in (1, 2, 3))))
 def pad(x: ArrayLike, pad: Sequence[int], mode: PadMode = "constant",
         value: float | None = None, *, channels_last: bool = False,
-        axis_names: Sequence[str | None] | None = None) -> jax.Array:
+        axis_names: AxisNames = None) -> jax.Array:
     """Pad (or, with negative entries, crop) the trailing axes, as
     ``torch.nn.functional.pad``.
 

@@ -44,7 +44,6 @@ def plan_pad(shape, pad, mode="constant", value=None, channels_last=False) -> Pa
     """torch's ``F.pad`` rules. ``pad`` holds pairs ``(lo, hi)`` from the last axis
     backwards; with ``channels_last`` from the axis before the last (the channels)
     backwards."""
-    op = "pad"
     channels_last = checks.check_channels_last(channels_last)
     if not isinstance(mode, str) or mode not in PAD_MODES:
         raise ValueError(f"pad: mode must be one of {', '.join(map(repr, PAD_MODES))}, "

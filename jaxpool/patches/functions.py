@@ -16,26 +16,27 @@ rank 3), ``fold`` rank 3 (or unbatched rank 2).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 from jax.typing import ArrayLike
 
 from jaxpool import registry
 from jaxpool.patches import kernel
-from jaxpool.patches.plan import Size, plan_fold, plan_unfold
+from jaxpool.core.types import AxisNames, Size
+from jaxpool.patches.plan import plan_fold, plan_unfold
 from jaxpool.registry import Prepared, Spec
 
 
-def _prepare_unfold(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_unfold(x.shape, x.dtype, a["kernel_size"], a["dilation"], a["padding"],
-                       a["stride"])
+def _prepare_unfold(spec: Spec, x: Any, *, kernel_size: Size, dilation: Size, padding: Size,
+                    stride: Size, axis_names: AxisNames) -> Prepared:
+    plan = plan_unfold(x.shape, x.dtype, kernel_size, dilation, padding, stride)
     return Prepared(lambda x, names: kernel.unfold(plan, x), (), partitions=False)
 
 
-def _prepare_fold(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_fold(x.shape, x.dtype, a["output_size"], a["kernel_size"], a["dilation"],
-                     a["padding"], a["stride"])
+def _prepare_fold(spec: Spec, x: Any, *, output_size: Size, kernel_size: Size, dilation: Size,
+                  padding: Size, stride: Size, axis_names: AxisNames) -> Prepared:
+    plan = plan_fold(x.shape, x.dtype, output_size, kernel_size, dilation, padding, stride)
     return Prepared(lambda x, names: kernel.fold(plan, x), (), partitions=False)
 
 

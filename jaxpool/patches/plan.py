@@ -6,14 +6,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 from jaxpool.core import checks
 from jaxpool.core.memo import hash_once, memoized_plan
-
-Size = Union[int, Sequence[int]]
-"""An int for both spatial axes, or a pair (height, width)."""
-
 
 # --- the plan: plain-Python arithmetic on static shapes ------------------------------------
 

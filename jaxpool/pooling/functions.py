@@ -3,10 +3,10 @@
 Layout: channels-first by default (``[B, C, *spatial]`` or unbatched ``[C, *spatial]``, as
 torch); ``channels_last=True`` takes and returns ``[B, *spatial, C]`` (or ``[*spatial, C]``).
 
-Each 1d/2d/3d family is written once: a protocol that types its functions, a docstring, and
-a ``prepare`` that checks the arguments in plain Python (:mod:`jaxpool.pooling.plan`) and returns
-the compiled program to run (:mod:`jaxpool.registry` runs every op the same way). One
-compiled program runs per plan, input shape and dtype: called eagerly (and differentiated
+Each rank is a function of its own; a 1d/2d/3d family shares a docstring template and a
+``prepare`` that checks the arguments in plain Python (:mod:`jaxpool.pooling.plan`) and
+returns the compiled program to run (:mod:`jaxpool.registry` runs every op the same way).
+One compiled program runs per plan, input shape and dtype: called eagerly (and differentiated
 eagerly) it is compiled once and reused; under an outer ``jax.jit`` it is a nested call
 that XLA inlines, so the compiled program is the same.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Literal, Protocol, Sequence, Union, overload
+from typing import Any, Callable, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -23,36 +23,22 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import registry
-from jaxpool.pooling import kernel
-from jaxpool.core import checks
-from jaxpool.core import docs
+from jaxpool.core import checks, docs, dtypes
+from jaxpool.core.types import F, AxisNames, OutputSize, Size  # noqa: F401 (the adapters')
 from jaxpool.halo import kernel as halo
-from jaxpool.pooling import kernel_max
+from jaxpool.pooling import kernel, kernel_max
 from jaxpool.pooling.plan import (PoolPlan, check_norm_type, plan_adaptive, plan_avg_pool,
-                          plan_global, plan_lp_pool, plan_max_pool)
+                                  plan_global, plan_lp_pool, plan_max_pool)
 from jaxpool.registry import Prepared, Spec
 from jaxpool.strategy_table import current_backend
-
-Size = Union[int, Sequence[int]]
-"""An int for every spatial axis, or one entry per axis (a 1-sequence is repeated)."""
-AxisNames = Union[Sequence[Union[str, None]], None]
-"""Inside ``jax.shard_map``: one mesh axis name per spatial axis, None where unsharded."""
-OutputSize = Union[int, None, Sequence[Union[int, None]]]
-"""An int for every spatial axis, or exactly one entry per axis; ``None`` keeps that
-axis's extent."""
 
 
 # --- the compiled programs: one per plan (static, hashable), shape and dtype ------------
 
-def _compute_dtype(dtype):
-    # Half precision accumulates in float32 and rounds once at the end, as torch on the CPU.
-    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
-    y = kernel.window_sums(x.astype(_compute_dtype(dtype)), plan)
+    y = kernel.window_sums(x.astype(dtypes.compute_dtype(dtype)), plan)
     return (y / _divisor(plan, y.ndim, y.dtype)).astype(dtype)
 
 
@@ -77,7 +63,7 @@ def _max(plan: PoolPlan, x: jax.Array, return_indices: bool):
 def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     # torch: avg_pool(x**p) * prod(kernel), its sign times relu of its magnitude, ** (1/p).
     dtype = x.dtype
-    y = x.astype(_compute_dtype(dtype))
+    y = x.astype(dtypes.compute_dtype(dtype))
     power = int(norm_type) if float(norm_type).is_integer() else norm_type
     mean = _mean(plan, y ** power)
     volume = math.prod(p.stops[0] - p.starts[0] for p in plan.axes)
@@ -88,7 +74,7 @@ def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
 @functools.partial(jax.jit, static_argnums=0)
 def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
-    total = x.astype(_compute_dtype(dtype)).sum(axis=plan.spatial_axes)
+    total = x.astype(dtypes.compute_dtype(dtype)).sum(axis=plan.spatial_axes)
     return (total / (plan.axes[0].in_size * plan.axes[1].in_size)).astype(dtype)
 
 
@@ -111,49 +97,51 @@ def _sharded_max(plan, x, return_indices, axis_names):
                       indices=return_indices, reduce="max")
 
 
-def _prepare_avg(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_avg_pool(spec.name, _shape(spec, x, a["channels_last"], axis_names), x.dtype,
-                         spec.rank, a["kernel_size"], a["stride"], a["padding"],
-                         a["ceil_mode"], a["count_include_pad"], a["divisor_override"],
-                         a["channels_last"], current_backend())
+def _prepare_avg(spec: Spec, x: Any, *, kernel_size: Size, stride: Size | None, padding: Size,
+                 ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
+                 channels_last: bool, axis_names: AxisNames) -> Prepared:
+    plan = plan_avg_pool(spec.name, _shape(spec, x, channels_last, axis_names), x.dtype,
+                         spec.rank, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override, channels_last, current_backend())
     return Prepared(lambda x, names: _sharded(_mean, plan, x, names), plan.spatial_axes)
 
 
-def _prepare_adaptive_avg(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_adaptive(spec.name, _shape(spec, x, a["channels_last"], axis_names), x.dtype,
-                         spec.rank, a["output_size"], a["channels_last"], current_backend())
+def _prepare_adaptive_avg(spec: Spec, x: Any, *, output_size: OutputSize, channels_last: bool,
+                          axis_names: AxisNames) -> Prepared:
+    plan = plan_adaptive(spec.name, _shape(spec, x, channels_last, axis_names), x.dtype,
+                         spec.rank, output_size, channels_last, current_backend())
     return Prepared(lambda x, names: _sharded(_mean, plan, x, names), plan.spatial_axes)
 
 
-def _prepare_max(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_max_pool(spec.name, _shape(spec, x, a["channels_last"], axis_names), x.dtype,
-                         spec.rank, a["kernel_size"], a["stride"], a["padding"], a["dilation"],
-                         a["ceil_mode"], a["channels_last"])
-    with_indices = checks.check_bool("return_indices", a["return_indices"])
+def _prepare_max(spec: Spec, x: Any, *, kernel_size: Size, stride: Size | None, padding: Size,
+                 dilation: Size, ceil_mode: bool, return_indices: bool, channels_last: bool,
+                 axis_names: AxisNames) -> Prepared:
+    plan = plan_max_pool(spec.name, _shape(spec, x, channels_last, axis_names), x.dtype,
+                         spec.rank, kernel_size, stride, padding, dilation, ceil_mode,
+                         channels_last)
+    with_indices = checks.check_bool("return_indices", return_indices)
     return Prepared(lambda x, names: _sharded_max(plan, x, with_indices, names),
                     plan.spatial_axes, single=not with_indices)
 
 
-def _prepare_adaptive_max(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    plan = plan_adaptive(spec.name, _shape(spec, x, a["channels_last"], axis_names), x.dtype,
-                         spec.rank, a["output_size"], a["channels_last"])
-    with_indices = checks.check_bool("return_indices", a["return_indices"])
+def _prepare_adaptive_max(spec: Spec, x: Any, *, output_size: OutputSize, return_indices: bool,
+                          channels_last: bool, axis_names: AxisNames) -> Prepared:
+    plan = plan_adaptive(spec.name, _shape(spec, x, channels_last, axis_names), x.dtype,
+                         spec.rank, output_size, channels_last)
+    with_indices = checks.check_bool("return_indices", return_indices)
     return Prepared(lambda x, names: _sharded_max(plan, x, with_indices, names),
                     plan.spatial_axes, single=not with_indices)
 
 
-def _prepare_lp(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    norm_type = check_norm_type(a["norm_type"])
-    shape = _shape(spec, x, a["channels_last"], axis_names)
+def _prepare_lp(spec: Spec, x: Any, *, norm_type: float, kernel_size: Size,
+                stride: Size | None, ceil_mode: bool, channels_last: bool,
+                axis_names: AxisNames) -> Prepared:
+    norm_type = check_norm_type(norm_type)
+    shape = _shape(spec, x, channels_last, axis_names)
     if math.isinf(norm_type):
         # torch: max pooling of |x| (inf), or minus max pooling of -|x| (-inf).
-        plan = plan_max_pool(spec.name, shape, x.dtype, spec.rank, a["kernel_size"],
-                             a["stride"], 0, 1, a["ceil_mode"], a["channels_last"])
+        plan = plan_max_pool(spec.name, shape, x.dtype, spec.rank, kernel_size, stride, 0, 1,
+                             ceil_mode, channels_last)
 
         def extreme(x, names):
             # |x| with torch's derivative, sign(x): 0 at a zero (jnp.abs's is 1 there)
@@ -161,17 +149,16 @@ def _prepare_lp(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
             return (_sharded_max(plan, magnitude, False, names) if norm_type > 0
                     else -_sharded_max(plan, -magnitude, False, names))
         return Prepared(extreme, plan.spatial_axes)
-    plan = plan_lp_pool(spec.name, shape, x.dtype, spec.rank, norm_type, a["kernel_size"],
-                        a["stride"], a["ceil_mode"], a["channels_last"], current_backend())
+    plan = plan_lp_pool(spec.name, shape, x.dtype, spec.rank, norm_type, kernel_size, stride,
+                        ceil_mode, channels_last, current_backend())
     return Prepared(lambda x, names: _sharded(
         lambda p, v: _power_mean(p, v, norm_type), plan, x, names), plan.spatial_axes)
 
 
 def _prepare_global(reduce: str) -> Callable[..., Prepared]:
-    def prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-        x, = arrays
-        plan = plan_global(spec.name, _shape(spec, x, a["channels_last"], axis_names),
-                           x.dtype, a["channels_last"])
+    def prepare(spec: Spec, x: Any, *, channels_last: bool, axis_names: AxisNames) -> Prepared:
+        plan = plan_global(spec.name, _shape(spec, x, channels_last, axis_names), x.dtype,
+                           channels_last)
 
         def compute(x, names):
             if reduce == "max":
@@ -183,65 +170,7 @@ def _prepare_global(reduce: str) -> Callable[..., Prepared]:
     return prepare
 
 
-# --- the families: one signature (a protocol, for type checkers) and one docstring each ---
-
-class AvgPoolFunction(Protocol):
-    def __call__(self, x: ArrayLike, kernel_size: Size, stride: Size | None = None,
-                 padding: Size = 0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 divisor_override: int | None = None, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array: ...
-
-
-class AdaptiveAvgPoolFunction(Protocol):
-    def __call__(self, x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array: ...
-
-
-class MaxPoolFunction(Protocol):
-    @overload
-    def __call__(self, x: ArrayLike, kernel_size: Size, stride: Size | None = None,
-                 padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
-                 return_indices: Literal[False] = False, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array: ...
-    @overload
-    def __call__(self, x: ArrayLike, kernel_size: Size, stride: Size | None = None,
-                 padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
-                 return_indices: Literal[True] = ..., *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
-    @overload
-    def __call__(self, x: ArrayLike, kernel_size: Size, stride: Size | None = None,
-                 padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
-                 return_indices: bool = False, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
-    def __call__(self, x: ArrayLike, kernel_size: Size, stride: Size | None = None,
-                 padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
-                 return_indices: bool = False, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
-
-
-class AdaptiveMaxPoolFunction(Protocol):
-    @overload
-    def __call__(self, x: ArrayLike, output_size: OutputSize,
-                 return_indices: Literal[False] = False, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array: ...
-    @overload
-    def __call__(self, x: ArrayLike, output_size: OutputSize,
-                 return_indices: Literal[True] = ..., *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
-    @overload
-    def __call__(self, x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                 *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
-    def __call__(self, x: ArrayLike, output_size: OutputSize, return_indices: bool = False,
-                 *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
-
-
-class LPPoolFunction(Protocol):
-    def __call__(self, x: ArrayLike, norm_type: float, kernel_size: Size,
-                 stride: Size | None = None, ceil_mode: bool = False, *,
-                 channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array: ...
-
+# --- the families: one docstring template each, filled in per rank (core.docs) ---------
 
 _AVG_DOC = """{d} average pooling, as ``torch.nn.functional.avg_pool{d}``{lacks}.
 
@@ -369,64 +298,264 @@ def _pooled_to(ndim: int, k: int) -> str:
     return f"({', '.join(lead + [str(k)] * ndim)})"
 
 
-def _ranked(family: str, ndim: int, signature: Callable[..., Any], prepare, doc: str,
-            module: str, aten: tuple[str, ...] | None = None, opinfo: bool = True,
-            **doc_fields: str) -> Any:
-    """Rank ``ndim`` of a pooling family: its function, registered with its spec."""
+def _spec(family: str, ndim: int, prepare: Callable[..., Prepared], module: str,
+          aten: tuple[str, ...] | None = None, opinfo: bool = True) -> Spec:
+    """The spec of rank ``ndim`` of a pooling family."""
     name = f"{family}{ndim}d"
-    function = registry.function(name, signature, docs.fill(
-        doc, ndim, to1=_pooled_to(ndim, 1), to7=_pooled_to(ndim, 7), **doc_fields), __name__)
-    return registry.op(Spec(name, family, prepare, ndim=ndim, halo="pool",
-                            torch=f"torch.nn.functional.{name}", aten=(name,) if aten is None else aten,
-                            opinfo=(f"nn.functional.{name}",) if opinfo else (),
-                            modules=(f"{module}{ndim}d",)))(function)
+    return Spec(name, family, prepare, ndim=ndim, halo="pool",
+                torch=f"torch.nn.functional.{name}", aten=(name,) if aten is None else aten,
+                opinfo=(f"nn.functional.{name}",) if opinfo else (), modules=(f"{module}{ndim}d",))
 
 
-avg_pool1d: AvgPoolFunction = _ranked("avg_pool", 1, AvgPoolFunction.__call__, _prepare_avg,
-                                      _AVG_DOC, "AvgPool",
-                                      lacks=" (which lacks ``divisor_override``)")
-avg_pool2d: AvgPoolFunction = _ranked("avg_pool", 2, AvgPoolFunction.__call__, _prepare_avg,
-                                      _AVG_DOC, "AvgPool", lacks="")
-avg_pool3d: AvgPoolFunction = _ranked("avg_pool", 3, AvgPoolFunction.__call__, _prepare_avg,
-                                      _AVG_DOC, "AvgPool", lacks="")
+def _doc(template: str, ndim: int, **fields: str) -> Callable[[F], F]:
+    """Sets a rank's docstring from its family's template."""
+    return docs.filled(template, ndim, to1=_pooled_to(ndim, 1), to7=_pooled_to(ndim, 7),
+                       **fields)
 
-adaptive_avg_pool1d: AdaptiveAvgPoolFunction = _ranked(
-    "adaptive_avg_pool", 1, AdaptiveAvgPoolFunction.__call__, _prepare_adaptive_avg,
-    _ADAPTIVE_AVG_DOC, "AdaptiveAvgPool")
-adaptive_avg_pool2d: AdaptiveAvgPoolFunction = _ranked(
-    "adaptive_avg_pool", 2, AdaptiveAvgPoolFunction.__call__, _prepare_adaptive_avg,
-    _ADAPTIVE_AVG_DOC, "AdaptiveAvgPool", aten=("_adaptive_avg_pool2d",))
-adaptive_avg_pool3d: AdaptiveAvgPoolFunction = _ranked(
-    "adaptive_avg_pool", 3, AdaptiveAvgPoolFunction.__call__, _prepare_adaptive_avg,
-    _ADAPTIVE_AVG_DOC, "AdaptiveAvgPool", aten=("_adaptive_avg_pool3d",))
 
-max_pool1d: MaxPoolFunction = _ranked("max_pool", 1, MaxPoolFunction.__call__, _prepare_max,
-                                      _MAX_DOC, "MaxPool",
-                                      aten=("max_pool1d", "max_pool1d_with_indices"))
-max_pool2d: MaxPoolFunction = _ranked("max_pool", 2, MaxPoolFunction.__call__, _prepare_max,
-                                      _MAX_DOC, "MaxPool",
-                                      aten=("max_pool2d", "max_pool2d_with_indices"))
-max_pool3d: MaxPoolFunction = _ranked("max_pool", 3, MaxPoolFunction.__call__, _prepare_max,
-                                      _MAX_DOC, "MaxPool",
-                                      aten=("max_pool3d", "max_pool3d_with_indices"))
+@registry.op(_spec("avg_pool", 1, _prepare_avg, "AvgPool"))
+@_doc(_AVG_DOC, 1, lacks=" (which lacks ``divisor_override``)")
+def avg_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("avg_pool1d", locals())
 
-adaptive_max_pool1d: AdaptiveMaxPoolFunction = _ranked(
-    "adaptive_max_pool", 1, AdaptiveMaxPoolFunction.__call__, _prepare_adaptive_max,
-    _ADAPTIVE_MAX_DOC, "AdaptiveMaxPool")
-adaptive_max_pool2d: AdaptiveMaxPoolFunction = _ranked(
-    "adaptive_max_pool", 2, AdaptiveMaxPoolFunction.__call__, _prepare_adaptive_max,
-    _ADAPTIVE_MAX_DOC, "AdaptiveMaxPool")
-adaptive_max_pool3d: AdaptiveMaxPoolFunction = _ranked(
-    "adaptive_max_pool", 3, AdaptiveMaxPoolFunction.__call__, _prepare_adaptive_max,
-    _ADAPTIVE_MAX_DOC, "AdaptiveMaxPool")
+
+@registry.op(_spec("avg_pool", 2, _prepare_avg, "AvgPool"))
+@_doc(_AVG_DOC, 2, lacks="")
+def avg_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("avg_pool2d", locals())
+
+
+@registry.op(_spec("avg_pool", 3, _prepare_avg, "AvgPool"))
+@_doc(_AVG_DOC, 3, lacks="")
+def avg_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None, *, channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("avg_pool3d", locals())
+
+
+@registry.op(_spec("adaptive_avg_pool", 1, _prepare_adaptive_avg, "AdaptiveAvgPool"))
+@_doc(_ADAPTIVE_AVG_DOC, 1)
+def adaptive_avg_pool1d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("adaptive_avg_pool1d", locals())
+
+
+@registry.op(_spec("adaptive_avg_pool", 2, _prepare_adaptive_avg, "AdaptiveAvgPool",
+                   aten=("_adaptive_avg_pool2d",)))
+@_doc(_ADAPTIVE_AVG_DOC, 2)
+def adaptive_avg_pool2d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("adaptive_avg_pool2d", locals())
+
+
+@registry.op(_spec("adaptive_avg_pool", 3, _prepare_adaptive_avg, "AdaptiveAvgPool",
+                   aten=("_adaptive_avg_pool3d",)))
+@_doc(_ADAPTIVE_AVG_DOC, 3)
+def adaptive_avg_pool3d(x: ArrayLike, output_size: OutputSize, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("adaptive_avg_pool3d", locals())
+
+
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ..., *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("max_pool", 1, _prepare_max, "MaxPool",
+                   aten=("max_pool1d", "max_pool1d_with_indices")))
+@_doc(_MAX_DOC, 1)
+def max_pool1d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("max_pool1d", locals())
+
+
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ..., *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("max_pool", 2, _prepare_max, "MaxPool",
+                   aten=("max_pool2d", "max_pool2d_with_indices")))
+@_doc(_MAX_DOC, 2)
+def max_pool2d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("max_pool2d", locals())
+
+
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[False] = False,
+               *, channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: Literal[True] = ..., *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("max_pool", 3, _prepare_max, "MaxPool",
+                   aten=("max_pool3d", "max_pool3d_with_indices")))
+@_doc(_MAX_DOC, 3)
+def max_pool3d(x: ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               dilation: Size = 1, ceil_mode: bool = False, return_indices: bool = False, *,
+               channels_last: bool = False,
+               axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("max_pool3d", locals())
+
+
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize,
+                        return_indices: Literal[False] = False, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("adaptive_max_pool", 1, _prepare_adaptive_max, "AdaptiveMaxPool"))
+@_doc(_ADAPTIVE_MAX_DOC, 1)
+def adaptive_max_pool1d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("adaptive_max_pool1d", locals())
+
+
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize,
+                        return_indices: Literal[False] = False, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("adaptive_max_pool", 2, _prepare_adaptive_max, "AdaptiveMaxPool"))
+@_doc(_ADAPTIVE_MAX_DOC, 2)
+def adaptive_max_pool2d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("adaptive_max_pool2d", locals())
+
+
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize,
+                        return_indices: Literal[False] = False, *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array: ...
+
+
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: Literal[True] = ...,
+                        *, channels_last: bool = False,
+                        axis_names: AxisNames = None) -> tuple[jax.Array, jax.Array]: ...
+
+
+@overload
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]: ...
+
+
+@registry.op(_spec("adaptive_max_pool", 3, _prepare_adaptive_max, "AdaptiveMaxPool"))
+@_doc(_ADAPTIVE_MAX_DOC, 3)
+def adaptive_max_pool3d(x: ArrayLike, output_size: OutputSize, return_indices: bool = False, *,
+                        channels_last: bool = False,
+                        axis_names: AxisNames = None) -> jax.Array | tuple[jax.Array, jax.Array]:
+    return registry.run("adaptive_max_pool3d", locals())
+
 
 # torch lowers lp_pool to avg_pool of x**p: no ATen op of its own, and no OpInfo entry.
-lp_pool1d: LPPoolFunction = _ranked("lp_pool", 1, LPPoolFunction.__call__, _prepare_lp,
-                                    _LP_DOC, "LPPool", aten=(), opinfo=False)
-lp_pool2d: LPPoolFunction = _ranked("lp_pool", 2, LPPoolFunction.__call__, _prepare_lp,
-                                    _LP_DOC, "LPPool", aten=(), opinfo=False)
-lp_pool3d: LPPoolFunction = _ranked("lp_pool", 3, LPPoolFunction.__call__, _prepare_lp,
-                                    _LP_DOC, "LPPool", aten=(), opinfo=False)
+
+
+@registry.op(_spec("lp_pool", 1, _prepare_lp, "LPPool", aten=(), opinfo=False))
+@_doc(_LP_DOC, 1)
+def lp_pool1d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False,
+              axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("lp_pool1d", locals())
+
+
+@registry.op(_spec("lp_pool", 2, _prepare_lp, "LPPool", aten=(), opinfo=False))
+@_doc(_LP_DOC, 2)
+def lp_pool2d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False,
+              axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("lp_pool2d", locals())
+
+
+@registry.op(_spec("lp_pool", 3, _prepare_lp, "LPPool", aten=(), opinfo=False))
+@_doc(_LP_DOC, 3)
+def lp_pool3d(x: ArrayLike, norm_type: float, kernel_size: Size, stride: Size | None = None,
+              ceil_mode: bool = False, *, channels_last: bool = False,
+              axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("lp_pool3d", locals())
 
 
 @registry.op(Spec("global_avg_pool", "global_avg_pool", _prepare_global("mean"), ndim=2,

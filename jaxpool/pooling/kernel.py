@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxpool.core.nonfinite import matmul_keeping_nonfinite
+from jaxpool.core.nonfinite import matmul_keeping_nonfinite, matmul_moved
 from jaxpool.core.rules import tangent_from_adjoint
 from jaxpool.pooling.plan import PoolPlan
 from jaxpool.pooling.windows import AxisPlan, window_families
@@ -32,8 +32,8 @@ def window_sums(x: jax.Array, plan: PoolPlan) -> jax.Array:
     """Sum the windows of every spatial axis of ``x`` (laid out as ``plan.input_shape``)."""
     steps = list(zip(plan.spatial_axes, plan.axes, plan.strategies, plan.tangents))
     # One rule for the whole op when every axis's tangent is a product, rows or blocks:
-    # reverse mode then ends on the innermost axis. Strided-slice tangents are better last (as
-    # when each axis has its own rule): 32x256x14x14 k2 gradient 1.4 -> 0.96 ms.
+    # reverse mode then ends on the innermost axis. Strided-slice tangents are better last, as
+    # when each axis has its own rule (BENCHMARKS.md, cell `avg 32x256x14x14 k2`).
     if all(t in ("identity", "matrix", "rows", "reduce_window", "blocks")
            for t in plan.tangents):
         return _with_custom_tangents(x, steps)
@@ -83,14 +83,14 @@ def _with_custom_tangents(x: jax.Array, steps) -> jax.Array:
 def _exact(x: jax.Array, axis: int, plan: AxisPlan, strategy: str) -> jax.Array:
     """The values of one axis's window sums (exact: a NaN or inf reaches only the windows
     that hold it). Differentiable by JAX itself except ``matrix``, whose values are not the
-    plain product (see ``_nonfinite.matmul_keeping_nonfinite``) and which is always wrapped."""
+    plain product (see :func:`jaxpool.core.nonfinite.matmul_keeping_nonfinite`) and which is always wrapped."""
     if strategy == "identity":
         return x
     if strategy == "repeat":
         return repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "matrix":
         matrix = window_matrix(plan)
-        return matmul_keeping_nonfinite(x, axis, matrix, _matmul, positive=matrix)
+        return matmul_keeping_nonfinite(x, axis, matrix, matmul_moved, positive=matrix)
     return {"sums": _sums, "blocks": _blocks, "taps": _taps, "families": _families,
             "reduce_window": _reduce_window_sums}[strategy](x, axis, plan)
 
@@ -217,8 +217,9 @@ def _taps(x: jax.Array, axis: int, plan: AxisPlan) -> jax.Array:
     summed from one strided slice per offset of the unpadded input; the edge windows,
     which reach into the padding, are summed element by element and concatenated on.
     Padding each offset's slice instead (``_padded_taps``) made XLA write each padded
-    slice out (ceil_mode 16x64x56x56 k3 s2 p1: 1.33 -> 0.64 ms); its derivatives, though,
-    are the faster ones, so ``taps`` takes its tangent from ``_padded_taps``.
+    slice out, a slower forward (BENCHMARKS.md, cell ``avg 16x64x56x56 k3 s2 p1 ceil``); its
+    derivatives, though, are the faster ones, so ``taps`` takes its tangent from
+    ``_padded_taps``.
     """
     spans = _tap_spans(plan)
     lo = max(first for _, first, _ in spans)
@@ -272,9 +273,3 @@ def window_matrix(plan: AxisPlan) -> np.ndarray:
     stops = np.asarray(plan.stops)[:, None]
     return ((cols >= starts) & (cols < stops)).astype(np.float64)
 
-
-def _matmul(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
-    # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
-    out = lax.dot_general(x, jnp.asarray(matrix, dtype=x.dtype), (((axis,), (1,)), ((), ())),
-                          precision=lax.Precision.HIGHEST)
-    return jnp.moveaxis(out, -1, axis)

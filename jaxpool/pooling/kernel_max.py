@@ -224,8 +224,8 @@ def _pick_codes_at_once(x, steps):
     axes (the innermost weighing 1), in the smallest integer type that holds it: every
     combination of taps in torch's order (outer axes first), one strided slice of a padded
     copy of ``x`` each, compared and selected in one pass. Walking the axes one at a time
-    instead wrote each axis's maxima and codes out (4x16x56x56x64 3/2/1: 121 ms against
-    44 ms for the codes)."""
+    instead wrote each axis's maxima and codes out, and took longer (BENCHMARKS.md, cell
+    ``max3d 4x16x56x56x64 k3 s2 p1 NDHWC``; evidence ``_pick_codes_at_once``)."""
     weights, dtype = _code_weights(steps)
     widths = [(0, 0, 0)] * x.ndim
     geometry = []  # (axis, family, coordinates in the padded copy [taps, count], real, first)
@@ -266,9 +266,8 @@ def _pick_codes_by_axis(x, steps):
     for axis, plan, family in steps:
         x, code = _walk(x, code, axis, plan, family, weights[axis], True, taps=dtype)
         # Values and codes behind one barrier per axis: XLA:CPU then walks less of the
-        # axis again inside the gradient's fusions (measured with a broadcast form of
-        # the spread: 16x112x112x64 3x3 s2 p1 gradient 0.39x -> 0.17x the walk's own
-        # derivative, 16x64x112x112 1.00x -> 0.85x).
+        # axis again inside the gradient's fusions, and the gradient is faster in both
+        # layouts (BENCHMARKS.md, evidence `_pick_codes_by_axis`).
         x, code = lax.optimization_barrier((x, jnp.broadcast_to(code, x.shape)))
     return x, code
 
@@ -294,7 +293,7 @@ def _spread_picks(c, code, steps):
         geometry.append((axis, plan, family, shifts, family.count + shifts - 1, reach))
     # Padded once: slices of the padded arrays fuse into the pass that writes the
     # gradient, where a pad per term made XLA:CPU test bounds for every element of every
-    # term (16x112x112x64 3x3 s2 p1: 113 -> 47 ms for this function, under load).
+    # term (BENCHMARKS.md, "Max-pooling derivatives", tried: a pad per term).
     for axis, _, family, shifts, _, _ in geometry:
         c = _shift(c, axis, shifts - 1, family.count + 2 * (shifts - 1), 0)
         code = _shift(code, axis, shifts - 1, family.count + 2 * (shifts - 1), -1)
@@ -340,12 +339,11 @@ def _max_with_walk_tangents(x, axis: int, plan: AxisPlan, families):
     repeat the walk's decisions (found on the held input, as the values) on the tangent
     padded once with zeros, so that its transposes slice one padded cotangent rather than
     pad a copy of it per tap: the same picks as JAX's derivative of the walk itself, bit
-    for bit. Measured on XLA:CPU against that derivative, channels-first 3x3 s1 p1:
-    32x192x28x28 gradient 1.02x, second derivative 0.47x; 8x64x28x28 second derivative
-    0.23x (its fusions recomputed the comparisons for each per-tap pad of the cotangent).
-    Slicing one padded copy, not padding each tap (:func:`_tap`), then took 0.80x the
-    forward, 0.81x the gradient and 0.94x the second derivative there, and 0.71x, 0.80x,
-    0.92x on 16x64x56x56 2/2/1: XLA:CPU tests bounds in every fused element of a pad."""
+    for bit. Against that derivative the gradient is as fast and the second derivative
+    much faster (its fusions recomputed the comparisons for each per-tap pad of the
+    cotangent); slicing one padded copy rather than padding each tap (:func:`_tap`) is
+    faster in every mode, as XLA:CPU tests bounds in every fused element of a pad
+    (BENCHMARKS.md, cell ``max 32x192x28x28 k3 s1 p1``; "Max-pooling derivatives")."""
     lo, hi = _tap_padding(plan, families)
 
     def walk(x, tangent=None):
@@ -479,8 +477,8 @@ def _max_of_axis(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_in
     """One window over the whole axis (global and adaptive -> 1 pooling). Values from the
     walk; derivatives from the winner's position, held constant, as a one-hot sum: one
     broadcast and select in reverse mode, where the walk's own transpose writes a padded
-    copy per tap (measured on XLA:CPU: 32x512x7x7 -> 1 gradient 2.7 -> 1.4 ms, second
-    derivative 7.5 -> 2.3 ms; 16x256x56x56 -> 1 gradient 234 -> 92 ms; forward unchanged)."""
+    copy per tap: a faster gradient and second derivative, the same forward (BENCHMARKS.md,
+    cell ``adaptive max 32x512x7x7 -> 1``; evidence ``_max_of_axis``)."""
 
     @jax.custom_jvp
     def pool(x):
@@ -508,8 +506,8 @@ def _max_of_axis(x, index, axis: int, plan: AxisPlan, plane_stride: int, with_in
 def _at_position(t, position, axis: int):
     """``t`` at ``position`` along ``axis``: the tangent of a whole-axis max. Recomputed
     from ``position`` when differentiated, so that reverse mode keeps the small positions,
-    not an input-sized mask (the eager gradient's first program: 216 operations, compiled
-    in 2.1 s under load, before)."""
+    not an input-sized mask, which made the eager gradient's first program large and slow
+    to compile (BENCHMARKS.md, evidence ``_at_position``)."""
     picked = lax.broadcasted_iota(position.dtype, t.shape, axis) == position
     return jnp.sum(jnp.where(picked, t, jnp.zeros((), t.dtype)), axis, keepdims=True)
 
@@ -519,12 +517,12 @@ def _position(x, axis: int, plan: AxisPlan):
     first element equal to the maximum (-0.0 equals 0.0, and torch keeps the first of
     equal elements), or the last NaN. Found by reductions, which XLA writes out once,
     where elements follow the axis (the walk's positions, fused into each input
-    element's select, made XLA walk the whole axis again for every element: 32x7x7x512
-    -> 1 gradient 15 -> 2.0 ms)."""
+    element's select, made XLA walk the whole axis again for every element: BENCHMARKS.md,
+    cell ``adaptive max 32x512x7x7 -> 1 NHWC``)."""
     x = lax.stop_gradient(x)
     if math.prod(x.shape[axis + 1:]) == 1:
         # Along the minor axis XLA:CPU reduces slowly, and the fused walk is quicker
-        # (32x512x7x7 -> 1 gradient 7.7 -> 2.0 ms).
+        # (BENCHMARKS.md, cell `adaptive max 32x512x7x7 -> 1`).
         return _winner(x, axis, plan, True)[1].astype(jnp.int32)
     position = lax.broadcasted_iota(jnp.int32, x.shape, axis)
     # (a NaN maximum matches nothing here; the last NaN is picked then)

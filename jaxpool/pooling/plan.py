@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxpool import strategy_table
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
 from jaxpool.core.memo import hash_once, memoized_plan
 from jaxpool.pooling.windows import (AxisPlan, adaptive_plan, avg_pool_out_size, avg_pool_plan,
                              max_pool_plan)
@@ -90,9 +90,9 @@ def plan_avg_pool(op: str, shape, dtype, ndim: int, kernel_size, stride=None, pa
     if divisor_override is not None:
         divisor_override = checks.as_int("divisor_override", divisor_override,
                                           divisor_override, "None or a non-zero int")
-        if divisor_override == 0 or abs(divisor_override) > checks.INT_MAX:
+        if divisor_override == 0 or abs(divisor_override) > dtypes.INT32_MAX:
             raise ValueError(f"divisor_override must be None or a non-zero int within "
-                             f"+-{checks.INT_MAX}, got {divisor_override!r}")
+                             f"+-{dtypes.INT32_MAX}, got {divisor_override!r}")
     _check_padding(kernel, pads, kernel_size, padding)
     _, spatial, _ = checks.check_input(op, shape, dtype, ndim, channels_last)
     for n, k, s, p in zip(spatial, kernel, strides, pads):

@@ -32,29 +32,28 @@ MAX_SHORT_TAPS = 3
 
 # Up to this many single-element slices, an axis is pooled by writing each window's sum
 # out: XLA fuses them into one pass that reads the input once and writes only the output
-# (on XLA:CPU, 225 -> 11 runs at 2x the one-read floor, 4x faster than torch), and the
-# program stays bounded. Its derivatives come from the window matrix, so its size is
-# bounded too.
+# (on XLA:CPU close to the one-read floor and ahead of torch: BENCHMARKS.md, cell
+# `adaptive 8x32x225x225 -> 11`), and the program stays bounded. Its derivatives come from
+# the window matrix, so its size is bounded too.
 MAX_SUM_SLICES = 512
 MAX_TANGENT_MATRIX = 8192
-# The written-out sums only pay when few windows remain (measured on XLA:CPU: 56 -> 28
-# runs 3-4x slower than reshaping); beyond that, reshapes and strided slices vectorize
-# better.
+# The written-out sums only pay when few windows remain; above this many windows the
+# sums lose to reshaping, and reshapes and strided slices vectorize better
+# (BENCHMARKS.md, evidence `MAX_SUM_WINDOWS`).
 MAX_SUM_WINDOWS = 16
 # Windows longer than this that tile the axis (adaptive 512 -> 1, 224 -> 7, 112 -> 7) are
-# reshaped and summed rather than written out: the sums' program grows with the window
-# (112 -> 7: 0.6 / 1.7 / 2.8 s to compile the forward / gradient / second derivative,
-# against 0.03 s each), and on XLA:CPU the reshape differentiates faster and pools about
-# as fast (measured side by side, channels-first: 112 -> 7 forward 0.78 -> 0.96 ms,
-# gradient 3.6 -> 2.6, second derivative 5.4 -> 2.3; 512 -> 1 forward 13.8 -> 2.9).
+# reshaped and summed rather than written out: the sums' program, and its compile time,
+# grow with the window where the reshape's do not, and on XLA:CPU the reshape
+# differentiates faster and pools about as fast (BENCHMARKS.md, "Compile time of the
+# other ops", case `adaptive_avg_pool2d 1 on 512x512`; evidence `MAX_SUM_TILE`).
 MAX_SUM_TILE = MAX_TAPS
 # Up to this many families of repeating windows an upsampling axis is summed family by
-# family: a program that grows with the families. Measured on XLA:CPU, compile time of the
-# second derivative against the window matrix's: 20 -> 32 (8 families) 1.2 s against 0.2 s,
-# running at 0.20x; 28 -> 64 (16) 3.1 s against 0.3 s; 50 -> 64 (32) 12.7 s against 0.3 s.
+# family: a program that grows with the families. Beyond this many, its second
+# derivative compiles far slower than the window matrix's (whose compile time stays
+# flat), so such axes take the other strategies (BENCHMARKS.md, evidence `MAX_FAMILIES`).
 MAX_FAMILIES = 8
-# Fewer windows per family than this, and the written-out sums differentiate faster
-# (6 -> 8, two per family: gradient 1.6x the sums').
+# Fewer windows per family than this, and the written-out sums differentiate faster than
+# the families (BENCHMARKS.md, evidence `MIN_FAMILY_WINDOWS`).
 MIN_FAMILY_WINDOWS = 3
 # Rows at least this long (elements after the axis) make the broadcast that transposes
 # ``blocks`` on an outer axis a row-by-row copy, which XLA:CPU runs at memory speed.
@@ -124,35 +123,33 @@ def choose_strategy(plan: AxisPlan, innermost: bool = False, row_length: int = 1
     ``innermost``: the axis is the last of the array; ``row_length``: the elements after it
     (later spatial axes counted at their pooled extent). ``backend``: whose entry of
     :data:`jaxpool.strategy_table.TABLE` applies; where it says ``RULES``, the rules
-    below (measured on XLA:CPU); on the GPU, equal windows take ``reduce_window`` (one
+    below (XLA:CPU's); on the GPU, equal windows take ``reduce_window`` (one
     ``lax.reduce_window`` sum).
 
     - ``identity``: every window is one element, in order (nothing to do);
     - ``blocks``: windows tile the axis back to back: reshape and sum. First on an outer
       axis with long rows (channels-last) for windows longer than ``MAX_SHORT_TAPS``: its
       transpose is a broadcast that copies whole rows, and XLA does not fold it into its
-      consumers (measured on XLA:CPU: 32x56x56x64 -> 7 channels-last gradient 5.4 -> 1.8
-      ms against ``sums``, whose slices XLA copies into the broadcast that follows, once
-      per output element). Shorter tiles take ``taps`` for their values (16x56x56x64 k2
-      channels-last forward 0.4-0.5x ``blocks``'s, which XLA:CPU runs on one thread) and
-      ``blocks`` for their derivatives (see :func:`choose_tangent`);
+      consumers, so its gradient beats that of ``sums``, whose slices XLA copies into the
+      broadcast that follows, once per output element (BENCHMARKS.md, cell
+      ``adaptive 32x64x56x56 -> 7 NHWC``). Shorter tiles take ``taps`` for their values
+      (the slices' forward beats ``blocks``'s, which XLA:CPU runs on one thread: cell
+      ``avg 16x64x56x56 k2 NHWC``) and ``blocks`` for their derivatives (see
+      :func:`choose_tangent`);
     - ``taps`` first for short equal windows (kernel 2 or 3): a few strided slices beat
-      the alternatives in every mode (measured on XLA:CPU: 64x64x56x56 k2 forward 6.9 ->
-      1.2 ms, gradient 37 -> 18 ms against ``blocks``; 32x256x14x14 k3 s2 p1 forward
-      0.62 -> 0.36 ms, gradient 1.95 -> 1.00 ms against ``sums``);
+      ``blocks`` and ``sums`` in the forward and the gradient (BENCHMARKS.md, cell
+      ``avg 64x64x56x56 k2``; evidence ``choose_strategy: taps first``);
     - ``sums``: small axes: each window's sum written out from single-element slices
       (not for tiles longer than ``MAX_SUM_TILE``: ``blocks``);
     - ``repeat``: upsampling by an integer factor: broadcast and reshape;
     - ``families``: upsampling by a ratio that is not an integer (adaptive 9 -> 12, whose
       windows repeat every 4 outputs over 3 inputs): each family of equal windows summed
       from one strided slice per tap, the families interleaved by a stack and reshape
-      (:func:`repeating_families`). Measured on XLA:CPU, side by side, forward / gradient /
-      second derivative against the written-out sums: 16x64x9x9 -> 12 0.52x / 0.99x /
-      0.32x (kernels in the second derivative 89 -> 26), 8x64x10x10 -> 15 0.63x / 0.85x /
-      0.19x, channels-last 0.77x / 1.06x / 0.46x; against the window matrix: 4x32x20x20 ->
-      32 0.29x / 0.25x / 0.20x, 4x32x14x14 -> 21 0.18x / 0.09x / 0.09x. Not for
-      downsampling, whose families hold long windows (8x64x28x28 -> 12 gradient 3.0x the
-      sums', 14 -> 4 2.7x);
+      (:func:`repeating_families`). Against the written-out sums and the window matrix
+      it replaces: a faster forward and second derivative (a much smaller program), the
+      gradient about as fast or faster (BENCHMARKS.md, cell ``adaptive 16x64x9x9 -> 12``;
+      evidence ``choose_strategy: families``). Not for downsampling, whose families hold
+      long windows and differentiate slower than the sums;
     - ``taps``: equal windows at a fixed stride: one strided slice per window offset;
     - ``matrix``: anything else (ragged adaptive windows, long overlapping windows): a
       product with the 0/1 window matrix.
@@ -194,7 +191,7 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
                    elementwise_cotangent: bool = False, backend: str = "cpu") -> str:
     """Pick how derivatives along one axis are computed on ``backend`` (the same linear
     map either way). Where :data:`jaxpool.strategy_table.TABLE` names a rule for the
-    backend, that rule; else the rules below, measured on XLA:CPU, for the values
+    backend, that rule; else the rules below (XLA:CPU's), for the values
     strategy the CPU would take (on a backend whose values differ, ``values`` becomes the
     CPU strategy's own derivative, ``blocks``).
 
@@ -207,35 +204,36 @@ def choose_tangent(plan: AxisPlan, innermost: bool = False, row_length: int = 1,
     - ``rows``: for ``sums`` on an outer axis with long rows (channels-last): the tangent
       is written as the transpose of "each input row is the sum of the windows that hold
       it", so that reverse mode, which transposes it back, writes the gradient one row at
-      a time from slices of the cotangent (measured on XLA:CPU, 64x15x15x256 -> 4
-      channels-last: gradient 2.5 -> 0.8 ms, second derivative 4.5 -> 2.3 ms against
-      a window-matrix product, which needs a transpose around it on outer axes); and for
-      ``sums`` elsewhere, where the product (which spreads NaN and inf) was faster on long
-      equal windows (XLA:CPU gradients of 0.4x to 2.2x the product's time, 56 -> 7 the
-      worst; no local rule measured was faster: BENCHMARKS.md);
+      a time from slices of the cotangent, faster than a window-matrix product, which
+      needs a transpose around it on outer axes (BENCHMARKS.md, cell
+      ``adaptive 64x256x15x15 -> 4 NHWC``); and for ``sums`` elsewhere, although the
+      product (which spreads NaN and inf) is faster on long equal windows: keeping NaN
+      and inf local costs most there, and no local rule tried did better
+      (BENCHMARKS.md, "Derivative rules that keep NaN and inf where torch puts them",
+      cell ``adaptive 32x64x56x56 -> 7``);
     - ``taps``: for ``taps``, the same strided slices with each slice padded to the full
       output: its values are slower (XLA writes each padded slice out), its derivatives
-      faster (measured on XLA:CPU, ceil_mode 16x64x56x56 k3 s2 p1: second derivative 5.5
-      ms against 21 ms for differentiating the values' form);
+      faster than differentiating the values' form (BENCHMARKS.md, cell
+      ``avg 16x64x56x56 k3 s2 p1 ceil``);
     - ``blocks``: reshape and sum, for windows up to ``MAX_SHORT_TAPS`` long that tile the
       axis (``avg_pool2d(x, 2)``), whatever the values' strategy: its transpose is a
       broadcast, which XLA:CPU fuses with the forward's strided slices into one pass over
       the gradient on every thread (the values' own ``blocks`` ended in one single-threaded
-      fusion; a ``reduce_window`` transpose is a pass per axis). Measured on XLA:CPU, side
-      by side against the rules it replaces, gradient and second derivative: 16x56x56x64
-      k2 channels-last 0.43x and 0.36x, 64x64x56x56 k2 0.89x and 0.35x, 32x256x14x14 k2
-      0.53x and 0.17x, 32x64x33x33 k3 1.0-1.2x and 0.33-0.42x (keeping ``reduce_window``
-      on its innermost axis: 1.5-1.9x). Not where the cotangent reaching the pooling is
-      an elementwise chain of the op's own (``elementwise_cotangent``, LP pooling): XLA
+      fusion; a ``reduce_window`` transpose is a pass per axis). Against the rules it
+      replaced: a faster second derivative everywhere and a faster gradient on 2x2
+      windows (3x3 tiles: no faster), and keeping ``reduce_window`` on the innermost
+      axis beside it made the gradient slower (BENCHMARKS.md, cells
+      ``avg 16x64x56x56 k2 NHWC``, ``avg 64x64x56x56 k2``, ``avg 32x256x14x14 k2``;
+      "``avg_pool2d(x, 2)``'s derivatives"). Not where the cotangent reaching the pooling
+      is an elementwise chain of the op's own (``elementwise_cotangent``, LP pooling): XLA
       fuses that chain and the forward into the broadcast and recomputes them for every
-      input element (lp_pool2d(x, 2, 2) on 8x64x32x32: gradient 1.7x, second derivative
-      2.0x the rules below);
+      input element, slower than the rules below (same section, ``lp_pool2d(x, 2, 2)``);
     - ``reduce_window``: one ``lax.reduce_window`` sum, for ``blocks`` and ``taps`` of
       windows up to ``MAX_SHORT_TAPS`` long on the innermost axis when the matrix is small
-      (their own transposes run slowly on XLA:CPU there; measured on XLA:CPU against the
-      product, 32x256x14x14 k2 gradient 3.7 -> 2.5 ms; longer windows make XLA:CPU's
-      ``reduce_window`` slow: 32x64x56x56 -> 7 gradient 4.8x the product's, against
-      1.3x for ``rows``);
+      (their own transposes run slowly on XLA:CPU there, and ``reduce_window`` is as fast
+      as the product or faster: BENCHMARKS.md, cells ``avg 32x256x14x14 k2``,
+      ``avg 32x64x32x32 k3 s1 p1``); longer windows make XLA:CPU's ``reduce_window``
+      slower than ``rows`` (cell ``adaptive 32x64x56x56 -> 7``);
     - ``matrix``: for ``matrix`` (windows too many for ``rows``): each window's elements
       selected with the 0/1 window matrix and summed, the product's work without its
       vectorized kernel, in a program whose size does not grow with the windows.
@@ -411,8 +409,9 @@ def window_families(plan: AxisPlan) -> tuple[WindowFamily, ...]:
 
 # Up to this many taps a family of max-pooling windows is walked tap by tap (a program that
 # grows with the window); longer windows (global and adaptive heads: 56 -> 1, 1000 -> 37)
-# take the maxima of doubling spans, a program that grows with the window's logarithm
-# (224x224 -> 1 gradient: compile 240 s -> 0.5 s on XLA:CPU).
+# take the maxima of doubling spans, a program that grows with the window's logarithm,
+# whose compile time stays small where the walk's grows with the window (BENCHMARKS.md,
+# evidence `MAX_WALK_TAPS`).
 MAX_WALK_TAPS = 16
 
 
@@ -455,29 +454,28 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
       transpose writes a padded copy per tap and axis. For one family of windows at a
       fixed stride on every pooling axis, walked, with at most ``MAX_PICK_TAPS`` taps;
       on channels-first arrays only when the innermost axis's windows overlap at a stride
-      of at least 2 (measured on XLA:CPU, side by side against ``values``, loaded
-      machine: 16x112x112x64 3x3 s2 p1 channels-last gradient 0.22x, second derivative
-      0.48x; 16x64x112x112 0.82x, 0.60x; 32x28x28x192 3x3 s1 p1 channels-last 0.35x,
-      0.19x; 4x64x16x56x56 3/2/1 0.92x, 0.69x, channels-last 0.87x, 0.66x; 3x3 s2 ceil
-      0.88x, 0.61x, channels-last 0.56x, 0.38x; 2x2 channels-last 0.71x, 0.74x;
-      channels-first 3x3 s1 p1 1.39x, 0.54x and 2x2 0.92x, 1.64x, so not there);
+      of at least 2: there and on channels-last arrays the picks beat ``values`` in the
+      gradient and the second derivative, where on channels-first windows at stride 1 or
+      without overlap they lose one of the two (BENCHMARKS.md, cells
+      ``max 64x64x112x112 k3 s2 p1``, ``max 64x64x112x112 k3 s2 p1 NHWC``,
+      ``max 32x192x56x56 k3 s2 ceil``, against ``max 32x192x28x28 k3 s1 p1`` and
+      ``max 16x64x112x112 k2``; evidence ``choose_max_tangent: picks``);
     - ``winners``: one axis at a time, from each window's winning tap along it: reverse
       mode builds the gradient from ``ceil(span / step)`` shifted copies of the pooled
-      cotangent per family. For ragged adaptive axes (several families), all walked
-      (measured on XLA:CPU, under load, against ``values``: 64x256x15x15 -> 4 gradient
-      0.62x, channels-last 0.21x; 32x256x14x14 -> 3 gradient 0.34x, second derivative
-      0.42x);
+      cotangent per family. For ragged adaptive axes (several families), all walked,
+      where it beats ``values`` (BENCHMARKS.md, cells ``adaptive max 64x256x15x15 -> 4``,
+      ``adaptive max 64x256x15x15 -> 4 NHWC``, ``adaptive max 32x256x14x14 -> 3``);
     - ``rows``: as ``winners``, one input row (along the axis) at a time, each the sum of
       the few windows that hold it, for ragged axes of at most ``MAX_SUM_WINDOWS`` windows
-      over at most ``MAX_PICK_ROWS`` elements that are not the innermost array axis
-      (measured on XLA:CPU, side by side against ``winners``, loaded machine:
-      64x256x15x15 -> 4 gradient 0.66x, second derivative 1.02x; channels-last 0.41x,
-      0.26x; 32x256x14x14 -> 3 0.92x, 0.91x; channels-last 0.59x, 0.45x; on the innermost
-      axis too, 32x256x14x14 -> 3 gradient 1.25x, so not there);
+      over at most ``MAX_PICK_ROWS`` elements that are not the innermost array axis:
+      there as fast as ``winners`` or faster, most on channels-last arrays; on the
+      innermost axis its gradient is slower (BENCHMARKS.md, cells
+      ``adaptive max 64x256x15x15 -> 4``, ``adaptive max 32x256x14x14 -> 3`` and their
+      ``NHWC`` cells; "Max-pooling derivatives");
     - ``sliding``: for axes of many families (:func:`is_sliding`), JAX differentiates the
       maxima of sliding windows and the picks that copy each output's from them;
     - ``values``: the walk's own decisions repeated on the tangent, padded once
-      (``_select._max_with_walk_tangents``: the picks of JAX's derivative of the walk,
+      (``kernel_max._max_with_walk_tangents``: the picks of JAX's derivative of the walk,
       whose per-tap pads made its second derivative recompute the comparisons), or JAX's
       derivative of the doubling spans (whose program grows with the window's logarithm).
     """
@@ -511,7 +509,8 @@ def choose_max_tangent(axes: tuple[AxisPlan, ...], innermost_pooled: bool) -> tu
 
 # Up to this many families a ragged axis walks each family; more (adaptive 300 -> 97 makes
 # 97) take ``sliding``: a program per family made the compile time grow with the output
-# size (300 -> 97 on [2, 1, 300, 300]: 6.7 s forward, 18 s gradient).
+# size (BENCHMARKS.md, "Compile time of the other ops", case
+# `adaptive_max_pool2d 97 on 300x300`).
 MAX_MAX_FAMILIES = 16
 
 
@@ -536,14 +535,12 @@ def codes_at_once(axes: tuple[AxisPlan, ...]) -> bool:
     """Whether the ``picks`` rule finds each window's winner over every pooling axis in one
     pass (a strided slice per combination of taps, from one padded copy of the input)
     rather than walking the axes one at a time, which writes each axis's maxima and codes
-    out: for three pooling axes whose windows overlap. Measured on XLA:CPU, side by side
-    against the walk, quiet machine, ReLU inputs, gradient and second derivative:
-    4x16x56x56x64 3/2/1 0.68x, 0.66x; 4x64x16x56x56 0.92x, 0.98x; 4x16x28x28x16 3/1/1
-    0.27x, 0.27x; 4x16x56x56x64 3/2 ceil 0.65x, 0.77x; but 2/2 (no overlap) 1.98x, 1.71x
-    (channels-first 1.12x, 1.06x), and on two axes 32x56x56x192 3x3 s2 ceil 1.26x, 1.06x;
-    32x192x56x56 1.10x, 0.99x; 32x28x28x192 3x3 s1 p1 1.14x, 1.06x; 32x57x57x192 3x3 s2
-    0.94x, 1.18x (only 16x112x112x64 2x2 gained, 0.75x, 0.84x); on one axis (k3 s2 p1)
-    1.38-1.63x, 1.01-1.06x."""
+    out: for three pooling axes whose windows overlap, where the one pass beats the walk
+    in the gradient and the second derivative; without overlap, or on two axes or one,
+    it does not (BENCHMARKS.md, ``python -m benchmarks.max3d``'s cells
+    ``max3d 4x64x16x56x56 k3 s2 p1`` and ``max3d 4x16x56x56x64 k3 s2 p1 NDHWC``, against
+    ``max 32x192x56x56 k3 s2 ceil`` and ``max 32x192x56x56 k3 s2 ceil NHWC``; evidence
+    ``codes_at_once``)."""
     pooled = [plan for plan in axes if not is_identity(plan)]
     return len(pooled) == 3 and all(_overlapping(plan) for plan in pooled)
 

@@ -9,7 +9,7 @@ plan, input shape and dtype.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import jax
 from jax.typing import ArrayLike
@@ -17,7 +17,8 @@ from jax.typing import ArrayLike
 from jaxpool import registry
 from jaxpool.halo import kernel as halo
 from jaxpool.resampling import kernel
-from jaxpool.pooling.functions import AxisNames, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from jaxpool.core.types import AxisNames
+from jaxpool.pooling.functions import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.registry import Prepared, Spec
 from jaxpool.resampling.plan import plan_channel_shuffle, plan_interpolate, plan_pixel_shuffle
 from jaxpool.strategy_table import current_backend
@@ -30,16 +31,17 @@ ScaleArg = Union[float, Sequence[float], None]
 _AREA = {1: adaptive_avg_pool1d, 2: adaptive_avg_pool2d, 3: adaptive_avg_pool3d}
 
 
-def _prepare_interpolate(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    shape = halo.resample_shape(spec.name, x.shape, a["channels_last"], axis_names)
-    sizes, plan = plan_interpolate(spec.name, shape, x.dtype, a["size"], a["scale_factor"],
-                                   a["mode"], a["align_corners"], a["recompute_scale_factor"],
-                                   a["antialias"], a["channels_last"], current_backend())
+def _prepare_interpolate(spec: Spec, x: Any, *, size: SizeArg, scale_factor: ScaleArg,
+                         mode: str, align_corners: bool | None,
+                         recompute_scale_factor: bool | None, antialias: bool,
+                         channels_last: bool, axis_names: AxisNames) -> Prepared:
+    shape = halo.resample_shape(spec.name, x.shape, channels_last, axis_names)
+    sizes, plan = plan_interpolate(spec.name, shape, x.dtype, size, scale_factor, mode,
+                                   align_corners, recompute_scale_factor, antialias,
+                                   channels_last, current_backend())
     if plan is None:  # area: adaptive average pooling, which routes itself
         def area(x, names):
-            return _AREA[len(sizes)](x, sizes, channels_last=a["channels_last"],
-                                     axis_names=names)
+            return _AREA[len(sizes)](x, sizes, channels_last=channels_last, axis_names=names)
         return Prepared(area, (), partitions=False)
 
     def compute(x, names):
@@ -118,10 +120,11 @@ def interpolate(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg = Non
 
 def _prepare_upsample(mode: str, align_corners: bool | None):
     """``interpolate`` with ``mode`` and ``align_corners`` fixed; it routes itself."""
-    def prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
+    def prepare(spec: Spec, x: Any, *, size: SizeArg, scale_factor: ScaleArg,
+                channels_last: bool, axis_names: AxisNames) -> Prepared:
         def upsample(x, names):
-            return interpolate(x, a["size"], a["scale_factor"], mode, align_corners,
-                               channels_last=a["channels_last"], axis_names=names)
+            return interpolate(x, size, scale_factor, mode, align_corners,
+                               channels_last=channels_last, axis_names=names)
         return Prepared(upsample, (), partitions=False)
     return prepare
 
@@ -169,21 +172,27 @@ def upsample_bilinear(x: ArrayLike, size: SizeArg = None, scale_factor: ScaleArg
     return registry.run("upsample_bilinear", locals())
 
 
-def _prepare_shuffle(factor: str, inverse: bool):
-    def prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-        x, = arrays
-        channels_last = a["channels_last"]
-        r, _ = plan_pixel_shuffle(spec.name, x.shape, a[factor], channels_last,
-                                  inverse=inverse)
-        halo.check_shuffle(spec.name, x.shape, channels_last, axis_names, r, inverse)
-        run = _unshuffle if inverse else _shuffle
-        # each device (un)shuffles its own block: the same program with axis_names
-        return Prepared(lambda x, names: run(x, r, bool(channels_last)),
-                        _last_two(len(x.shape), channels_last))
-    return prepare
+def _shuffled(spec: Spec, x: Any, factor: int, channels_last: bool, axis_names: AxisNames,
+              inverse: bool) -> Prepared:
+    r, _ = plan_pixel_shuffle(spec.name, x.shape, factor, channels_last, inverse=inverse)
+    halo.check_shuffle(spec.name, x.shape, channels_last, axis_names, r, inverse)
+    run = _unshuffle if inverse else _shuffle
+    # each device (un)shuffles its own block: the same program with axis_names
+    return Prepared(lambda x, names: run(x, r, bool(channels_last)),
+                    _last_two(len(x.shape), channels_last))
 
 
-@registry.op(Spec("pixel_shuffle", "pixel_shuffle", _prepare_shuffle("upscale_factor", False),
+def _prepare_pixel_shuffle(spec: Spec, x: Any, *, upscale_factor: int, channels_last: bool,
+                           axis_names: AxisNames) -> Prepared:
+    return _shuffled(spec, x, upscale_factor, channels_last, axis_names, inverse=False)
+
+
+def _prepare_pixel_unshuffle(spec: Spec, x: Any, *, downscale_factor: int, channels_last: bool,
+                             axis_names: AxisNames) -> Prepared:
+    return _shuffled(spec, x, downscale_factor, channels_last, axis_names, inverse=True)
+
+
+@registry.op(Spec("pixel_shuffle", "pixel_shuffle", _prepare_pixel_shuffle,
                   ndim=2, halo="shuffle", torch="torch.nn.functional.pixel_shuffle",
                   aten=("pixel_shuffle",), opinfo=("nn.functional.pixel_shuffle",),
                   modules=("PixelShuffle",)))
@@ -214,7 +223,7 @@ def pixel_shuffle(x: ArrayLike, upscale_factor: int, *, channels_last: bool = Fa
 
 
 @registry.op(Spec("pixel_unshuffle", "pixel_shuffle",
-                  _prepare_shuffle("downscale_factor", True), ndim=2, halo="shuffle",
+                  _prepare_pixel_unshuffle, ndim=2, halo="shuffle",
                   torch="torch.nn.functional.pixel_unshuffle", aten=("pixel_unshuffle",),
                   opinfo=("nn.functional.pixel_unshuffle",), modules=("PixelUnshuffle",)))
 def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool = False,
@@ -243,9 +252,9 @@ def pixel_unshuffle(x: ArrayLike, downscale_factor: int, *, channels_last: bool 
 
 # --- channel shuffle (docs/adding_an_op.rst walks through it) ---------------------------
 
-def _prepare_channel_shuffle(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, = arrays
-    groups, axis = plan_channel_shuffle(spec.name, x.shape, a["groups"], a["channels_last"])
+def _prepare_channel_shuffle(spec: Spec, x: Any, *, groups: int, channels_last: bool,
+                             axis_names: AxisNames) -> Prepared:
+    groups, axis = plan_channel_shuffle(spec.name, x.shape, groups, channels_last)
     if axis_names is not None:
         halo.check_axis_names(spec.name, axis_names, len(x.shape) - 2)
     # channels only: each device shuffles its own block, and XLA partitions it as it is

@@ -18,7 +18,7 @@ from jax import lax
 from jax.interpreters import ad, batching, mlir
 
 from jaxpool.pooling.kernel import repeat
-from jaxpool.core.nonfinite import matmul_keeping_nonfinite
+from jaxpool.core.nonfinite import matmul_in_place, matmul_keeping_nonfinite
 from jaxpool.resampling.plan import AxisSampling, ResamplePlan, Windows
 
 
@@ -119,8 +119,8 @@ def _outputs(blocks: jax.Array, axis: int, out_size: int) -> jax.Array:
 def _picks(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """Copies in any order: each output picked from its block's window. (Its derivative
     rule is ``_tap_sums``: the picks' own transpose, one strided pad per window position,
-    compiled 3-6x slower, more so the longer the windows: 800x1333 x1.523 gradient 8.6 s
-    against 1.4 s.)"""
+    compiled slower, more so the longer the windows: BENCHMARKS.md, "Compile time, and the
+    windows that replaced one slice per run"; evidence ``_picks``.)"""
     windows = plan.windows()
     assert windows.local is not None  # one tap per output
     return _outputs(_pick(_window_positions(x, axis, windows), axis, windows.local[0]), axis,
@@ -244,8 +244,9 @@ def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
     or ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its
     derivative is itself whatever the input holds), which keeps a tangent's or cotangent's
     NaN and inf where torch does.
-    The selections' own transpose, a sum of one pad per run, ran 150x slower than a
-    product's on XLA:CPU (4x64x64x64 -> 128 gradient: 23 s)."""
+    The selections' own transpose, a sum of one pad per run, ran far slower than a
+    product's on XLA:CPU (BENCHMARKS.md, cell
+    ``U-Net bilinear x2 align_corners, 4x64x64x64``; evidence ``_with_tap_sums_tangent``)."""
 
     @jax.custom_jvp
     def resampled(x):
@@ -275,9 +276,9 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False,
     ``stacked`` (the tangent rule): each window repeated for its block's outputs by
     stacking copies rather than by a broadcast, the same values; the transpose of a
     broadcast is a reduction, which XLA:CPU runs on a written-out spread of every window
-    for every output, where the copies' transpose is one fused sum (the gradient of
-    bicubic 224 -> 299 on 8x3 float32: 114 -> 43 ms; as a forward, the copies cost more:
-    antialias 512 -> 224, 125 -> 157 ms, so the values keep the broadcast)."""
+    for every output, where the copies' transpose is one fused sum: a faster gradient
+    (BENCHMARKS.md, cell ``bicubic 224 -> 299, 8x3``). As a forward the copies cost more
+    (cell ``bilinear antialias 512 -> 224, 8x3``), so the values keep the broadcast."""
     windows = plan.windows()
     cut = _cut_windows(t, axis, windows)
     if stacked:
@@ -320,24 +321,10 @@ def _sum_keeping_zero_signs(x: jax.Array, axis: int) -> jax.Array:
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``x`` times the plan's ``[out, in]`` matrix, NaN and inf where torch's sum of products
     puts them (every tap's product computed, a zero weight's too)."""
-    return matmul_keeping_nonfinite(x, axis, plan.matrix(), _matmul,
+    return matmul_keeping_nonfinite(x, axis, plan.matrix(), matmul_in_place,
                                     positive=plan.support(lambda w: w > 0),
                                     zeros=plan.support(lambda w: w == 0),
                                     negative=plan.support(lambda w: w < 0))
-
-
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def _matmul(x: jax.Array, axis: int, matrix: np.ndarray) -> jax.Array:
-    """``matrix`` ``[out, in]`` applied along ``axis``, the other axes kept in place (an
-    einsum lets XLA lay the product out; dot_general then moveaxis ran 3x slower on an
-    outer axis: 4x64x128x64 -> 128, 112 -> 35 ms)."""
-    letters = _LETTERS[:x.ndim]
-    out = letters[:axis] + "Z" + letters[axis + 1:]
-    # HIGHEST: on GPU and TPU the default would round float32 operands to tf32/bfloat16.
-    return jnp.einsum(f"{letters},Z{letters[axis]}->{out}", x,
-                      jnp.asarray(matrix, dtype=x.dtype), precision=lax.Precision.HIGHEST)
 
 
 # --- a linear map whose transpose is the transposed plan's resampling --------------------
@@ -351,9 +338,10 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         assert phases is not None  # chosen only for a periodic axis
         if axis == x.ndim - 1 and phases.period > 1:
             # Along the minor axis XLA:CPU interleaves the phases element by element: the
-            # axis swapped with the one before it, computed there and swapped back (512 ->
-            # 224 on 8x3, both axes: 40 -> 23 ms; a period of 1, 336 -> 112, has nothing to
-            # interleave and took 0.64 -> 1.15 ms swapped).
+            # axis swapped with the one before it, computed there and swapped back, which is
+            # faster (BENCHMARKS.md, cell `bilinear antialias 512 -> 224, 8x3`); a period of
+            # 1 has nothing to interleave, and swapping it only costs (cell
+            # `bilinear antialias 336 -> 112, 8x3`).
             swapped = _phases(jnp.swapaxes(x, axis - 1, axis), axis - 1, plan)
             return jnp.swapaxes(swapped, axis - 1, axis)
         return _phases(x, axis, plan)
@@ -368,9 +356,9 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 # transposed plan's map (each input's sum over the outputs that tap it, by the strategy
 # chosen for that plan: for antialias 512 -> 224, phases of 16 inputs), whose transpose is
 # this one again. What JAX derives from the slices, a strided pad per slice, made the
-# gradient of 512 -> 224 on 8x3 5x slower than the window sums as the rule; against those,
-# this keeps the gradient (119 against 109 ms, noise) and halves the second derivative
-# (223 against 550 ms, where the rule's own tangent was the window sums written out).
+# gradient much slower than the window sums as the rule; against those, this keeps the
+# gradient's time and cuts the second derivative's, where the rule's own tangent was the
+# window sums written out (BENCHMARKS.md, cell `bilinear antialias 512 -> 224, 8x3`).
 _linear_resample_p = jax.extend.core.Primitive("jaxpool_linear_resample")
 _values_jit = jax.jit(_values, static_argnums=(1, 2))
 

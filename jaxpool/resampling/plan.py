@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from jaxpool import strategy_table
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
 from jaxpool.core.memo import hash_once, memoized_plan
 from jaxpool.pooling.plan import output_shape
 
@@ -46,8 +46,9 @@ MAX_PHASE_SLICES = 48
 # slice times a vector of weights: up to this many products per period and edge run (bicubic
 # 512 -> 224: 7 phases of 9 taps and 2 edge runs of 6-8 taps).
 MAX_FILTER_PHASE_PRODUCTS = 128
-# ... on axes this long or longer: the slices compile slower than the window sums (0.5 s
-# more for 124 -> 169), and on a short axis the window sums cost little.
+# ... on axes this long or longer: on shorter ones the slices compile slower than the
+# window sums, which cost little there at run time (BENCHMARKS.md, evidence
+# `MIN_FILTER_PHASE_EXTENT`).
 MIN_FILTER_PHASE_EXTENT = 256
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
@@ -336,7 +337,7 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     """Pick how one axis is computed on ``backend``, all exact to torch's taps and NaN
     placement, each a program whose size is bounded whatever the ratio and extents. Where
     :data:`jaxpool.strategy_table.TABLE` names a strategy for the backend, that one; else
-    (every backend so far) the rules below, measured on XLA:CPU:
+    (every backend so far) the rules below, XLA:CPU's (BENCHMARKS.md, "Resampling (CPU)"):
 
     - ``identity``: every output copies its own input element (nothing to do);
     - ``nonfinite-to-nan``: every output is ``x[i]*1 + x[i]*0`` (torch's linear modes when
@@ -710,9 +711,9 @@ def plan_interpolate(op: str, shape, dtype, size=None, scale_factor=None, mode="
         if any(k < 1 for k in sizes):
             raise ValueError(f"scale_factor={scale_factor!r} gives output extents {sizes} "
                              f"from {spatial} (int(extent * scale_factor)); each must be >= 1")
-        if any(k > checks.INT_MAX for k in sizes):
+        if any(k > dtypes.INT32_MAX for k in sizes):
             raise ValueError(f"scale_factor={scale_factor!r} gives output extents {sizes}, "
-                             f"beyond {checks.INT_MAX}")
+                             f"beyond {dtypes.INT32_MAX}")
         # The kernels map coordinates with 1/scale_factor unless the scale is recomputed
         # from the extents (area always recomputes).
         recompute = bool(recompute_scale_factor) or mode == "area"

@@ -17,25 +17,26 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpool import registry
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
+from jaxpool.core.types import AxisNames
 from jaxpool.roi import kernel
-from jaxpool.grid_sampling.plan import dtype_name
 from jaxpool.registry import Prepared, Spec
-from jaxpool.roi.plan import check_box_list, roi_align_plan
+from jaxpool.roi.plan import check_box_list, plan_roi_align
 
 Boxes = Union[ArrayLike, Sequence[ArrayLike]]
 
 
-def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    x, boxes = arrays
+def _prepare(spec: Spec, x: Any, boxes: Any, *, output_size: int | tuple[int, int],
+             spatial_scale: float, sampling_ratio: int, aligned: bool,
+             max_sampling_ratio: int | None, channels_last: bool,
+             axis_names: AxisNames) -> Prepared:
     # Concrete boxes are read here: their batch indices checked, an adaptive grid sized
     # to the largest box's count. Traced ones (jit, vmap, a derivative in the boxes) are
     # not: the kernel flags what it cannot check with NaN.
     concrete = None if isinstance(boxes, jax.core.Tracer) else np.asarray(boxes)
-    plan = roi_align_plan(x.shape, dtype_name(x), boxes.shape, dtype_name(boxes),
-                          a["output_size"], a["spatial_scale"], a["sampling_ratio"],
-                          a["aligned"], a["max_sampling_ratio"], a["channels_last"],
-                          concrete)
+    plan = plan_roi_align(x.shape, dtypes.name(x), boxes.shape, dtypes.name(boxes),
+                          output_size, spatial_scale, sampling_ratio, aligned,
+                          max_sampling_ratio, channels_last, concrete)
     # a sharded input is replicated by XLA's partitioner: the reads go anywhere
     return Prepared(lambda x, rois, names: kernel.roi_align(plan, x, rois), (),
                     partitions=False)
@@ -50,7 +51,7 @@ def _roi_format(boxes: Boxes):
         checks.check_array("roi_align", b)
     arrays: list[Any] = [b if hasattr(b, "shape") and hasattr(b, "dtype") else np.asarray(b)
                          for b in boxes]
-    check_box_list([tuple(b.shape) for b in arrays], [dtype_name(b) for b in arrays])
+    check_box_list([tuple(b.shape) for b in arrays], [dtypes.name(b) for b in arrays])
     on_host = all(isinstance(b, np.ndarray) for b in arrays)
     lib: Any = np if on_host else jnp
     ids = [lib.full((b.shape[0], 1), i, b.dtype) for i, b in enumerate(arrays)]

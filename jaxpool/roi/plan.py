@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxpool.core import checks
+from jaxpool.core import checks, dtypes
 
-_INT32_MAX = 2 ** 31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +38,7 @@ class RoiAlignPlan:
     @property
     def compute_dtype(self) -> str:
         """Half precision computes in float32 and rounds once."""
-        return checks.compute_dtype(self.dtype)
+        return dtypes.compute_dtype(self.dtype)
 
     @property
     def out_shape(self) -> tuple:
@@ -59,10 +58,6 @@ def _pair(value, name: str) -> tuple:
     if min(pair) < 0:
         raise ValueError(f"roi_align: {name} must be {accepted}, got {value!r}")
     return pair
-
-
-def _is_floating(dtype: str) -> bool:
-    return dtype in checks.FLOAT_DTYPES
 
 
 def check_box_list(shapes: Sequence[tuple], dtypes: Sequence[str]) -> None:
@@ -99,12 +94,12 @@ def adaptive_counts(rois: np.ndarray, spatial_scale: float, pooled: tuple, align
         counts = []
         for extent, bins in ((height, pooled[0]), (width, pooled[1])):
             n = np.ceil(extent / dtype.type(bins))
-            usable = np.isfinite(n) & (n > 0) & (n <= _INT32_MAX)
+            usable = np.isfinite(n) & (n > 0) & (n <= dtypes.INT32_MAX)
             counts.append(np.where(usable, n, 0).astype(np.int64))
     return counts[0], counts[1]
 
 
-def roi_align_plan(input_shape: Sequence[int], input_dtype: str, boxes_shape: Sequence[int],
+def plan_roi_align(input_shape: Sequence[int], input_dtype: str, boxes_shape: Sequence[int],
                    boxes_dtype: str, output_size, spatial_scale, sampling_ratio, aligned,
                    max_sampling_ratio, channels_last, boxes=None) -> RoiAlignPlan:
     """torchvision's checks (``roi_align``, ``check_roi_boxes_shape`` and the CPU kernel's),
@@ -136,7 +131,7 @@ def roi_align_plan(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
     if len(boxes_shape) != 2 or boxes_shape[1] != 5:
         raise ValueError(f"roi_align: boxes must have shape [K, 5] (batch index, x1, y1, x2, "
                          f"y2), or be a list of [L_i, 4] arrays, got shape {boxes_shape}")
-    if not _is_floating(input_dtype):
+    if not dtypes.is_floating(input_dtype):
         raise TypeError(f"roi_align: input must have a floating dtype, got {input_dtype}")
     if boxes_dtype != input_dtype:
         raise TypeError(f"roi_align: boxes must have input's dtype, got input {input_dtype} "
@@ -149,7 +144,7 @@ def roi_align_plan(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
         raise ValueError(f"roi_align: input must have non-empty spatial dimensions, got "
                          f"shape {input_shape}")
     rois = boxes_shape[0]
-    compute = checks.compute_dtype(input_dtype)
+    compute = dtypes.compute_dtype(input_dtype)
     if boxes is not None and rois:
         index = np.trunc(np.asarray(boxes)[:, 0].astype(np.float64))
         bad = ~((index >= 0) & (index < batch))
@@ -179,7 +174,7 @@ def roi_align_plan(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
     else:
         grid = (max_sampling_ratio, max_sampling_ratio)
     samples = rois * pooled[0] * pooled[1] * grid[0] * grid[1] * 4
-    if batch * height * width > _INT32_MAX or samples > _INT32_MAX:
+    if batch * height * width > dtypes.INT32_MAX or samples > dtypes.INT32_MAX:
         raise ValueError(f"roi_align: input of shape {input_shape} with {rois} boxes of "
                          f"{pooled[0]}x{pooled[1]} bins of {grid[0]}x{grid[1]} samples has "
                          f"more positions than int32 indexes")

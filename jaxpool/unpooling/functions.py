@@ -3,7 +3,7 @@ pool's pick (:mod:`jaxpool.unpooling.plan` plans it, :mod:`jaxpool.unpooling.ker
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -11,19 +11,20 @@ from jax.typing import ArrayLike
 
 from jaxpool import registry
 from jaxpool.core import docs
+from jaxpool.core.types import AxisNames, Size
 from jaxpool.halo import kernel as halo
 from jaxpool.unpooling import kernel
 from jaxpool.unpooling.plan import UnpoolPlan, plan_max_unpool
-from jaxpool.pooling.functions import AxisNames, Size
 from jaxpool.registry import Prepared, Spec
 
 
-def _prepare(spec: Spec, arrays, a: dict, axis_names) -> Prepared:
-    values, indices = arrays
+def _prepare(spec: Spec, values: Any, indices: Any, *, kernel_size: Size, stride: Size | None,
+             padding: Size, output_size: Sequence[int] | None, channels_last: bool,
+             axis_names: AxisNames) -> Prepared:
     shape = values.shape if axis_names is None else halo.pool_shape(
-        spec.name, values.shape, spec.rank, a["channels_last"], axis_names)
-    plan = plan_max_unpool(spec.name, shape, values.dtype, spec.rank, a["kernel_size"],
-                           a["stride"], a["padding"], a["output_size"], a["channels_last"],
+        spec.name, values.shape, spec.rank, channels_last, axis_names)
+    plan = plan_max_unpool(spec.name, shape, values.dtype, spec.rank, kernel_size, stride,
+                           padding, output_size, channels_last,
                            shape if indices.shape == values.shape else indices.shape,
                            indices.dtype)
     traced = isinstance(indices, jax.core.Tracer)
@@ -54,13 +55,6 @@ def _reject_unplaced(op: str, plan: UnpoolPlan, indices: jax.Array, count: int,
         f"max_unpool places each value inside the window of the max pool that made its "
         f"index (same kernel_size, stride and padding): pass the indices of that max_pool "
         f"call, or the same pooling arguments")
-
-
-class MaxUnpoolFunction(Protocol):
-    def __call__(self, x: ArrayLike, indices: ArrayLike, kernel_size: Size,
-                 stride: Size | None = None, padding: Size = 0,
-                 output_size: Sequence[int] | None = None, *, channels_last: bool = False,
-                 axis_names: AxisNames = None) -> jax.Array: ...
 
 
 _DOC = """{d} max unpooling, as ``torch.nn.functional.max_unpool{d}``{user}: the partial
@@ -119,19 +113,32 @@ _EXAMPLES = {
 }
 
 
-def _ranked(ndim: int) -> Any:
+def _spec(ndim: int, aten: tuple[str, ...]) -> Spec:
     name = f"max_unpool{ndim}d"
-    function = registry.function(name, MaxUnpoolFunction.__call__, docs.fill(
-        _DOC, ndim, example=_EXAMPLES[ndim], user=" (SegNet's decoder)" if ndim == 2 else "",
-        extents=["``(L,)``", "``(H, W)``", "``(D, H, W)``"][ndim - 1]),
-        __name__)
-    return registry.op(Spec(
-        name, "max_unpool", _prepare, ndim=ndim, arrays=("x", "indices"),
-        differentiable=("x",), halo="unpool", torch=f"torch.nn.functional.{name}",
-        aten=(name,) if ndim > 1 else (), opinfo=(f"nn.functional.{name}",),
-        modules=(f"MaxUnpool{ndim}d",)))(function)
+    return Spec(name, "max_unpool", _prepare, ndim=ndim, arrays=("x", "indices"),
+                differentiable=("x",), halo="unpool", torch=f"torch.nn.functional.{name}",
+                aten=aten, opinfo=(f"nn.functional.{name}",), modules=(f"MaxUnpool{ndim}d",))
 
 
-max_unpool1d: MaxUnpoolFunction = _ranked(1)
-max_unpool2d: MaxUnpoolFunction = _ranked(2)
-max_unpool3d: MaxUnpoolFunction = _ranked(3)
+@registry.op(_spec(1, aten=()))
+@docs.filled(_DOC, 1, example=_EXAMPLES[1], user="", extents="``(L,)``")
+def max_unpool1d(x: ArrayLike, indices: ArrayLike, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("max_unpool1d", locals())
+
+
+@registry.op(_spec(2, aten=("max_unpool2d",)))
+@docs.filled(_DOC, 2, example=_EXAMPLES[2], user=" (SegNet's decoder)", extents="``(H, W)``")
+def max_unpool2d(x: ArrayLike, indices: ArrayLike, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("max_unpool2d", locals())
+
+
+@registry.op(_spec(3, aten=("max_unpool3d",)))
+@docs.filled(_DOC, 3, example=_EXAMPLES[3], user="", extents="``(D, H, W)``")
+def max_unpool3d(x: ArrayLike, indices: ArrayLike, kernel_size: Size, stride: Size | None = None,
+                 padding: Size = 0, output_size: Sequence[int] | None = None, *,
+                 channels_last: bool = False, axis_names: AxisNames = None) -> jax.Array:
+    return registry.run("max_unpool3d", locals())

@@ -6,7 +6,8 @@ are placed in one pass: every value and index repeated over its window's span (a
 and a reshape), and each output element keeps its value where the index names it. Their
 derivatives take the same placement tap by tap (a select per tap, then an interleave by a
 stack and a reshape), whose transpose is slices, selects and sums: the repeat's transpose,
-a sum over each window's span, is 2-3x slower on XLA:CPU. Overlapping windows place each
+a sum over each window's span, made the gradient slower on XLA:CPU (BENCHMARKS.md,
+evidence ``unpooling.kernel``). Overlapping windows place each
 tap by a strided pad (a later window replaces an earlier one, as torch's CPU kernel writes
 in input order). Broadcasts, selects, pads, reshapes and slices only: JAX's derivatives of
 any order, in either mode, hold no scatter or gather.
