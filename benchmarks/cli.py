@@ -11,7 +11,8 @@ import sys
 import time
 
 from . import machine
-from .grid import GRIDS, MODES, select
+from .cells.pooling import GRIDS, select
+from .runner import MODES
 from .sides import DEFAULT_SIDES, SIDE_NAMES
 
 __all__ = ["chart_main", "main", "parse_args"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from .grid import EAGER_MODES, MODE_TITLES
+from .runner import EAGER_MODES, MODE_TITLES
 from .sides import CANDIDATES, PEERS, SIDE_NAMES
 
 __all__ = ["BEGIN", "END", "chart", "markdown", "peer_ratio", "splice", "write_json"]

@@ -1,4 +1,9 @@
-"""Checking and timing: every side of one cell, interleaved in one process."""
+"""Checking and timing: every side of one cell, interleaved in one process.
+
+The modes a cell is timed in, the checks against torch and the timing loop that every
+cell set shares; :func:`run_case` runs one cell of the pooling grid
+(:mod:`benchmarks.cells.pooling`) on every side of :mod:`benchmarks.sides`.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,26 @@ try:
 except ImportError:  # pragma: no cover
     resource = None
 
-from .grid import EAGER_MODES, MODES, Case
+from .cells.pooling import Case
 from .machine import cores
 from .sides import CANDIDATES, JAX_SIDES, PEERS, TORCH_SIDES, Unsupported
 
-__all__ = ["Device", "check", "first_calls", "jax_mode", "kernel_count", "make_input", "measure",
-           "run_case", "summarize", "torch_mode", "torch_to_numpy"]
+__all__ = ["EAGER_MODES", "JIT_MODES", "MODES", "MODE_TITLES", "Device", "check", "first_calls",
+           "forward_and_gradient_seconds", "jax_mode", "kernel_count", "make_input", "measure",
+           "measure_against_torch", "run_case", "summarize", "torch_mode", "torch_to_numpy"]
+
+JIT_MODES = ("fwd", "grad", "gradgrad")
+# The same quantities without jax.jit: first call (tracing and compiling included) and
+# repeat call.
+EAGER_MODES = ("eager-fwd", "eager-grad")
+MODES = JIT_MODES + EAGER_MODES
+MODE_TITLES = {
+    "fwd": "forward",
+    "grad": "grad of sum(pool(x)**2)",
+    "gradgrad": "grad of |grad|**2",
+    "eager-fwd": "forward, no jit",
+    "eager-grad": "grad of sum(pool(x)**2), no jit",
+}
 
 # Largest error allowed, relative to the largest reference value, before a side is "wrong".
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 5e-2, "float16": 1e-2}
@@ -235,6 +254,21 @@ def summarize(samples, inner: int = 1, faults=None) -> dict:
     if faults:
         out["faults_per_call"] = float(np.median(faults))
     return out
+
+
+def forward_and_gradient_seconds(forward: Callable, extents: tuple) -> tuple[float, float]:
+    """Seconds to trace, lower and compile ``forward`` and the gradient of sum(y**2) on a
+    ``[2, 1, *extents]`` float32 input."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jax.ShapeDtypeStruct((2, 1) + tuple(extents), jnp.float32)
+    seconds = []
+    for fn in (forward, jax.grad(lambda a: jnp.sum(forward(a) ** 2))):
+        start = time.perf_counter()
+        jax.jit(fn).lower(x).compile()
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], seconds[1]
 
 
 def torch_to_numpy(case: Case, y) -> np.ndarray:

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 # The benchmark lives beside the package, in the repository, not in the installed wheel.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from benchmarks import cli, grid, report, runner, sides  # noqa: E402
+from benchmarks import cli, report, runner, sides  # noqa: E402
+from benchmarks.cells import pooling  # noqa: E402
 
 
 # The timing loop collects garbage before it times: conftest's frozen_heap keeps the
@@ -88,7 +89,7 @@ def test_a_wrong_side_is_marked_and_not_timed(monkeypatch):
         return (lambda x: fn(x) * jnp.asarray(1.001, x.dtype)), notes
 
     monkeypatch.setitem(sides.JAX_SIDES, "flax", off_by_a_bit)
-    case = grid.adaptive((2, 3, 10, 10), 3)
+    case = pooling.adaptive((2, 3, 10, 10), 3)
     out = runner.run_case(case, {"jaxpool": None, "torch": None, "flax": None}, runner.Device(),
                           modes=("fwd", "gradgrad"), reps=2, min_sample_s=0)
     for r in out:
@@ -127,7 +128,7 @@ def test_measure_gives_a_slow_side_fewer_samples():
 
 
 def test_cell_shapes_follow_torch():
-    for case in {c for cells in grid.GRIDS.values() for c in cells}:
+    for case in {c for cells in pooling.GRIDS.values() for c in cells}:
         x = torch.zeros(case.shape, dtype=torch.float64, device="meta")  # shapes only
         assert tuple(case.torch_op()(x).shape) == case.output_shape, case.label
 
@@ -141,7 +142,7 @@ def test_bad_arguments_exit(argv):
 def test_the_short_grid_is_the_default_and_the_full_one_is_asked_for():
     default, full = cli.parse_args([]), cli.parse_args(["--full"])
     assert (default.grid, full.grid) == ("short", "full")
-    assert len(grid.GRIDS["short"]) < len(grid.GRIDS["full"])
+    assert len(pooling.GRIDS["short"]) < len(pooling.GRIDS["full"])
     assert default.reps < full.reps
     assert "reduce_window" not in default.sides  # a candidate is timed only when asked for
 
@@ -150,12 +151,12 @@ def test_the_short_grid_is_the_default_and_the_full_one_is_asked_for():
 # table's reduce_window strategy, jaxpool's own, is checked against torch by
 # tests/test_strategy_table.py).
 @pytest.mark.parametrize("case", [
-    grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
-    pytest.param(grid.avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
+    pooling.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True),
+    pytest.param(pooling.avg((2, 3, 9, 9), 3, 2, 1, count_include_pad=False),
                  marks=pytest.mark.slow),
-    pytest.param(grid.adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
+    pytest.param(pooling.adaptive((2, 3, 12, 12), (3, 4), channels_last=True),
                  marks=pytest.mark.slow),
-    pytest.param(grid.global_((2, 3, 5, 5), channels_last=True), marks=pytest.mark.slow),
+    pytest.param(pooling.global_((2, 3, 5, 5), channels_last=True), marks=pytest.mark.slow),
 ], ids=lambda c: c.label)
 def test_the_reduce_window_candidate_is_torch_exact_on_equal_windows(case):
     out = runner.run_case(case, {"reduce_window": None, "torch": None}, runner.Device(),
@@ -166,14 +167,14 @@ def test_the_reduce_window_candidate_is_torch_exact_on_equal_windows(case):
 
 
 def test_the_reduce_window_candidate_skips_ragged_windows():
-    out = runner.run_case(grid.adaptive((2, 3, 15, 15), 4), {"reduce_window": None},
+    out = runner.run_case(pooling.adaptive((2, 3, 15, 15), 4), {"reduce_window": None},
                           runner.Device(), modes=("fwd",), reps=1, min_sample_s=0)
     assert out[0]["sides"]["reduce_window"]["status"] == "unsupported"
 
 
-@pytest.mark.slow  # the eager modes' timing machinery; benchmarks.eager's own cells
+@pytest.mark.slow  # the eager modes' timing machinery; benchmarks.cells.eager's own cells
 def test_eager_modes_time_first_and_repeat_calls_against_jit_and_torch(tmp_path):
-    case = grid.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True)
+    case = pooling.avg((2, 3, 9, 9), 3, 2, 1, ceil_mode=True)
     out = runner.run_case(case, {"jaxpool": None, "torch": None, "torch-1t": None, "floor": None,
                                  "reduce_window": None},
                           runner.Device(), modes=("eager-fwd", "eager-grad"), reps=2,
@@ -194,9 +195,9 @@ def test_eager_modes_time_first_and_repeat_calls_against_jit_and_torch(tmp_path)
     assert text.count("| eager-") == 2
 
 
-@pytest.mark.slow  # benchmarks.eager's machinery on one cell (its compiles take seconds)
+@pytest.mark.slow  # benchmarks.cells.eager's machinery on one cell (its compiles take seconds)
 def test_eager_benchmark_times_every_side_after_python_work():
-    from benchmarks import eager
+    from benchmarks.cells import eager
 
     cell = eager.CELLS[1]  # avg_pool2d(x, 2)
     rows = eager.run_cell(cell, reps=2, min_sample_s=0, device=runner.Device(), gap_us=500)
@@ -235,7 +236,7 @@ def test_max_cells_hold_ties_that_catch_a_gradient_sent_to_another_element(monke
         return (lambda x: jaxpool.max_pool2d(x[..., ::-1], 3, 2, 1)[..., ::-1]), None
 
     monkeypatch.setitem(sides.JAX_SIDES, "flax", last_of_ties)
-    case = grid.max_((2, 3, 9, 9), 3, 2, 1)
+    case = pooling.max_((2, 3, 9, 9), 3, 2, 1)
     out = runner.run_case(case, {"jaxpool": None, "torch": None, "flax": None}, runner.Device(),
                           modes=("fwd", "grad"), reps=1, min_sample_s=0)
     assert [r["sides"]["jaxpool"]["status"] for r in out] == ["ok", "ok"]
@@ -243,7 +244,7 @@ def test_max_cells_hold_ties_that_catch_a_gradient_sent_to_another_element(monke
 
 
 def test_every_side_runs_or_says_why_on_the_max_cells():
-    for case in grid.SMOKE:
+    for case in pooling.SMOKE:
         if not case.is_max:
             continue
         out = runner.run_case(case, {s: sides.missing_reason(s) for s in sides.SIDE_NAMES},
@@ -259,7 +260,7 @@ def test_every_side_runs_or_says_why_on_the_max_cells():
 def test_gpu_check_without_a_gpu_says_so_and_skips_its_sections(tmp_path, monkeypatch):
     import jax
 
-    from benchmarks import gpu_check
+    from benchmarks.programs import gpu_check
 
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("a GPU is present")
@@ -269,7 +270,7 @@ def test_gpu_check_without_a_gpu_says_so_and_skips_its_sections(tmp_path, monkey
 
 
 def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
-    from benchmarks import gpu_check
+    from benchmarks.programs import gpu_check
 
     arrays = gpu_check.stem_arrays((2, 3, 9, 9))
     got, hlo = gpu_check.jax_stem(arrays)
@@ -283,7 +284,7 @@ def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
 
 def test_gpu_check_torchax_penalty_through_jaxpool_is_scatter_free():
     pytest.importorskip("jaxpool.torchax")  # before torchax: see jaxpool.torchax
-    from benchmarks import gpu_check
+    from benchmarks.programs import gpu_check
 
     (grads,), hlo = gpu_check.torchax_penalty(True, quick=True)
     assert grads and all(np.all(np.isfinite(g)) for g in grads.values())
@@ -291,7 +292,7 @@ def test_gpu_check_torchax_penalty_through_jaxpool_is_scatter_free():
 
 
 def test_the_parity_floor_times_each_case_and_its_negation():
-    from benchmarks import parity_floor
+    from benchmarks.programs import parity_floor
 
     lines = parity_floor.run(every=2, ops={"pixel_shuffle"})
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
@@ -301,7 +302,7 @@ def test_the_parity_floor_times_each_case_and_its_negation():
 
 
 def test_the_parity_floor_negates_float_inputs_only():
-    from benchmarks import parity_floor
+    from benchmarks.programs import parity_floor
 
     x, indices = np.ones(3, np.float32), np.arange(3)
     (negated,) = parity_floor._negate(x, indices)
@@ -312,25 +313,46 @@ def test_the_parity_floor_negates_float_inputs_only():
         parity_floor.main(["--every", "0"])
 
 
-def _tiny_patch_cells():
-    from benchmarks import patches
+def test_unpool_pad_table_checks_and_times_every_side_on_tiny_cells():
+    import dataclasses
 
-    return patches.cells(batch=1, boxes=4, mask_boxes=4, channels=2)
+    from benchmarks.cells import padding, unpooling
+    from benchmarks.programs import unpool_pad
+
+    rows = []
+    for family, cell in ((unpooling, unpooling.CELLS[1]), (padding, padding.CELLS[0])):
+        tiny = dataclasses.replace(cell, shape=(1, 2) + (4,) * (len(cell.shape) - 2))
+        rows += unpool_pad.run_cell(family, tiny, reps=1, min_sample_s=0,
+                                    device=runner.Device())
+    assert [r["mode"] for r in rows] == list(runner.MODES) * 2
+    for r in rows:
+        assert not r["notes"], r
+        peer = "jnp scatter" if r["cell"] == unpooling.CELLS[1].name else "jnp.pad"
+        floor = {"floor"} if r["mode"].endswith("fwd") else set()  # the forward modes'
+        assert set(r["ms"]) == {"jaxpool", peer, "torch", "torch-1t"} | floor, r
+    text = unpool_pad.markdown(rows, "meta")
+    assert text.count(f"| {unpooling.CELLS[1].name} |") == len(runner.MODES)
+
+
+def _tiny_patch_cells():
+    from benchmarks.programs import patches_roi
+
+    return patches_roi.cells(batch=1, boxes=4, mask_boxes=4, channels=2)
 
 
 def test_patches_benchmark_checks_and_times_every_side_on_tiny_cells():
-    from benchmarks import patches
+    from benchmarks import derivatives
 
     names = ["tnt-unfold", "volo-fold", "roi-box"]
-    out = patches.run(names, reps=2, min_sample_s=0, built=_tiny_patch_cells())
+    out = derivatives.run(names, reps=2, min_sample_s=0, built=_tiny_patch_cells())
     assert [(r["cell"], r["quantity"]) for r in out] == [
-        (c, q) for c in names for q in patches.MODES]
+        (c, q) for c in names for q in derivatives.MODES]
     peers = {"tnt-unfold": "conv_general_dilated_patches",
              "volo-fold": "linear_transpose(patches)", "roi-box": "jnp gather"}
     for r in out:
         assert set(r["sides"]) == {"jaxpool", "torch", peers[r["cell"]]}, r["cell"]
         assert all(len(s["samples_ms"]) == 2 for s in r["sides"].values())
-    text = patches.table(out)
+    text = derivatives.table(out)
     assert text.count("\n") == len(out) + 1
     assert "| TNT-S pixel embedding ([1, 24, 56, 56], k4 p0 s4) | fwd |" in text
     assert "| box head: 4 boxes over P2-P5 (2 ch, 200, 100, 50, 25), 7x7 | fwd |" in text
@@ -343,7 +365,7 @@ def test_patches_benchmark_checks_and_times_every_side_on_tiny_cells():
 def test_patches_benchmark_raises_on_a_wrong_side(name, side, constants_too):
     import dataclasses
 
-    from benchmarks import patches
+    from benchmarks import derivatives
 
     cell = _tiny_patch_cells()[name]()
     right = cell.jax[side]
@@ -355,12 +377,12 @@ def test_patches_benchmark_raises_on_a_wrong_side(name, side, constants_too):
 
     off = dataclasses.replace(cell, jax=dict(cell.jax, **{side: wrong}))
     with pytest.raises(AssertionError, match=f"{side} {name} fwd"):
-        patches.run([name], reps=1, min_sample_s=0, built={name: lambda: off})
+        derivatives.run([name], reps=1, min_sample_s=0, built={name: lambda: off})
 
 
 def test_patches_benchmark_bad_arguments_exit():
-    from benchmarks import patches
+    from benchmarks.programs import patches_roi
 
     for argv in (["--cells", "volo,nope"], ["--boxes", "10"], ["--batch", "0"]):
         with pytest.raises(SystemExit):
-            patches.main(argv)
+            patches_roi.main(argv)

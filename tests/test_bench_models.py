@@ -1,5 +1,6 @@
-"""``python -m benchmarks.models`` on its tiny grid: each side's loss is checked against
-torch's before anything is timed, a side that differs is not timed, and the table says so."""
+"""``python -m benchmarks.programs.models`` on its tiny grid: each side's loss is checked
+against torch's before anything is timed, a side that differs is not timed, and the table
+says so."""
 
 import json
 import pathlib
@@ -13,7 +14,7 @@ pytest.importorskip("optax")
 
 # The benchmark lives beside the package, in the repository, not in the installed wheel.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from benchmarks import model_zoo, models  # noqa: E402
+from benchmarks.programs import model_zoo, models  # noqa: E402
 
 
 # The timing loop collects garbage before it times: conftest's frozen_heap keeps the
@@ -57,7 +58,7 @@ def test_a_wrong_peer_is_marked_and_the_right_ones_agree_with_torch(tmp_path, mo
     code, text, rows = _run(tmp_path, ["espcn", "wgan-gp"], "--swaps", "all")
     assert code == 0
     assert text.startswith("# Kept\n") and text.endswith("Tail.\n") and "\nold\n" not in text
-    assert "python -m benchmarks.models --tiny" in text
+    assert "python -m benchmarks.programs.models --tiny" in text
 
     header, body = _table(text)
     assert header[:6] == ["model", "input", "jaxpool", "JAX peer", "torch", "jaxpool / JAX peer"]

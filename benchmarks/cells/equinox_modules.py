@@ -1,11 +1,11 @@
-"""The Equinox cells: jaxpool.equinox's modules against eqx.nn's on the cells where eqx.nn
-gives torch's values (MaxPool2d(3, 2, 1), the ResNet stem, and AvgPool2d(2) without ceil
-mode), each module vmapped over an 8x64x56x56 float32 batch (Equinox's channels-first
+"""The Equinox module cells: jaxpool.equinox's modules against eqx.nn's on the cells where
+eqx.nn gives torch's values (MaxPool2d(3, 2, 1), the ResNet stem, and AvgPool2d(2) without
+ceil mode), each module vmapped over an 8x64x56x56 float32 batch (Equinox's channels-first
 layout): forward and gradient under jax.jit, and the forward called eagerly.
 
 Run from the repository root:
 
-    python -m benchmarks.equinox_cells            # median ms per call, ratio to eqx.nn
+    python -m benchmarks.cells.equinox_modules    # median ms per call, ratio to eqx.nn
 
 Each side's output (and gradient) is first compared with torch's in float64; a wrong side
 raises.
@@ -68,7 +68,7 @@ def run(reps: int, min_sample_s: float, shape: tuple[int, ...] = SHAPE) -> list[
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.equinox_cells",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.equinox_modules",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--min-sample-s", type=float, default=0.05)

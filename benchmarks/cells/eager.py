@@ -1,10 +1,10 @@
-"""Eager calls: jaxpool's ops called and differentiated without ``jax.jit``, against the
+"""The eager cells: jaxpool's ops called and differentiated without ``jax.jit``, against the
 same under ``jax.jit`` and against torch's eager autograd, side by side in one process.
 
 Run from the repository root:
 
-    python -m benchmarks.eager                      # table to stdout
-    python -m benchmarks.eager --markdown BENCHMARKS.md   # and into its section
+    python -m benchmarks.cells.eager                      # table to stdout
+    python -m benchmarks.cells.eager --markdown BENCHMARKS.md   # and into its section
 
 Small cells, as eager code (notebooks, torch-style loops, torch models through torchax)
 sees them. Modes, each timed as interleaved samples:
@@ -240,7 +240,7 @@ def table(rows: list[dict], device: Device, clock: str = "wall", gap_us: float =
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.eager",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.eager",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--reps", type=int, default=15, help="samples per side (default 15)")

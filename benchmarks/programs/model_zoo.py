@@ -1,4 +1,4 @@
-"""The models of ``python -m benchmarks.models``, each written three ways with the same
+"""The models of ``python -m benchmarks.programs.models``, each written three ways with the same
 architecture and the same numbers: in Flax with jaxpool's layers (``jaxpool.linen``), in Flax
 with the layers a JAX user would otherwise write (``Layers("peer")``), and in torch.
 

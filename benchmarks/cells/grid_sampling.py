@@ -1,16 +1,16 @@
-"""grid_sample in the uses that call it: RAFT's correlation lookup, deformable attention, a
-3-D registration warp and a spatial transformer (STN), float32 on the CPU. Each cell is
-timed forward, as the gradient of ``sum(y**2)`` in the input and the grid, and as the
-second derivative (the gradient in both of the squared input-gradient norm, an R1
-penalty), jitted, beside torch's CPU ``F.grid_sample`` (autograd) in the same process,
-``jax.scipy.ndimage.map_coordinates(order=1)`` (forward and gradient; it reads the border
-otherwise than torch, so its values are not checked) and torchax's own lowering of
-``F.grid_sample`` where torchax imports.
+"""The grid sampling cells: grid_sample in the uses that call it: RAFT's correlation
+lookup, deformable attention, a 3-D registration warp and a spatial transformer (STN),
+float32 on the CPU. Each cell is timed forward, as the gradient of ``sum(y**2)`` in the
+input and the grid, and as the second derivative (the gradient in both of the squared
+input-gradient norm, an R1 penalty), jitted, beside torch's CPU ``F.grid_sample``
+(autograd) in the same process, ``jax.scipy.ndimage.map_coordinates(order=1)`` (forward
+and gradient; it reads the border otherwise than torch, so its values are not checked) and
+torchax's own lowering of ``F.grid_sample`` where torchax imports.
 
 Run from the repository root:
 
-    python -m benchmarks.sampling                  # markdown table, median ms per call
-    python -m benchmarks.sampling --cells raft,stn-28
+    python -m benchmarks.cells.grid_sampling       # markdown table, median ms per call
+    python -m benchmarks.cells.grid_sampling --cells raft,stn-28
 
 jaxpool's and torchax's outputs are first compared with torch's (float32) ones; a wrong
 side raises.
@@ -192,7 +192,7 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sampling",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.grid_sampling",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", default=",".join(_cells()),
                         help="comma-separated cells (default %(default)s)")

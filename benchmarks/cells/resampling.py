@@ -1,11 +1,12 @@
 """The resampling cells: jaxpool.interpolate and pixel_shuffle against torch, and against
-jax.image.resize / scale_and_translate where their values are torch's for the cell.
+jax.image.resize / scale_and_translate where their values are torch's for the cell; and
+the compile-time table of interpolate's modes.
 
 Run from the repository root:
 
-    python -m benchmarks.resampling                      # every cell, table to stdout
-    python -m benchmarks.resampling --markdown BENCHMARKS.md   # and into its section
-    python -m benchmarks.resampling --compile-only       # the compile-time table alone
+    python -m benchmarks.cells.resampling                      # every cell, table to stdout
+    python -m benchmarks.cells.resampling --markdown BENCHMARKS.md   # and into its section
+    python -m benchmarks.cells.resampling --compile-only       # the compile-time table alone
 
 Each side's output in each mode is first compared with torch's in float64 (as the pooling
 grid does); a side that differs is `wrong` and not timed. Modes: `fwd`, `grad` (gradient of
@@ -33,12 +34,17 @@ import time
 
 import numpy as np
 
-from benchmarks.compile_times import forward_and_gradient_seconds
 from benchmarks.report import markers, splice
-from benchmarks.runner import Device, check, jax_mode, measure_against_torch, torch_mode
-
-JIT_MODES = ("fwd", "grad", "gradgrad")
-EAGER_MODES = ("eager-fwd", "eager-grad")
+from benchmarks.runner import (
+    EAGER_MODES,
+    JIT_MODES,
+    Device,
+    check,
+    forward_and_gradient_seconds,
+    jax_mode,
+    measure_against_torch,
+    torch_mode,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +317,7 @@ def compile_table() -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.resampling")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.resampling")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--min-sample-s", type=float, default=0.01)
     parser.add_argument("--cells", default="",

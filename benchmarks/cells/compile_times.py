@@ -1,17 +1,17 @@
-"""Compile time of the pooling, unpooling, padding and pixel-shuffle ops: does it grow with
-the extents, the ratio or the output size?
+"""The compile-time cells: compile time of the pooling, unpooling, padding and
+pixel-shuffle ops. Does it grow with the extents, the ratio or the output size?
 
 Run from the repository root:
 
-    python -m benchmarks.compile_times                          # the table to stdout
-    python -m benchmarks.compile_times --markdown BENCHMARKS.md # and into its section
+    python -m benchmarks.cells.compile_times                          # the table to stdout
+    python -m benchmarks.cells.compile_times --markdown BENCHMARKS.md # and into its section
 
 Each op's forward and the gradient of ``sum(y**2)`` are traced, lowered and compiled on a
 ``[2, 1, *spatial]`` float32 input, once in its simplest case (a small map, a divisible
 ratio) and once in each harder case (large or odd extents, ragged adaptive windows, large
 up- and downsampling ratios, wide pads); the table shows the simplest case's seconds, the
-worst case's and their ratio. ``python -m benchmarks.resampling --compile-only`` is the
-same table for ``interpolate``.
+worst case's and their ratio. ``python -m benchmarks.cells.resampling --compile-only`` is
+the same table for ``interpolate``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from typing import Callable
 
 from benchmarks.report import markers, splice
+from benchmarks.runner import forward_and_gradient_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,21 +77,6 @@ def _cases() -> tuple[OpCases, ...]:
     )
 
 
-def forward_and_gradient_seconds(forward: Callable, extents: tuple) -> tuple[float, float]:
-    """Seconds to trace, lower and compile ``forward`` and the gradient of sum(y**2) on a
-    ``[2, 1, *extents]`` float32 input."""
-    import jax
-    import jax.numpy as jnp
-
-    x = jax.ShapeDtypeStruct((2, 1) + tuple(extents), jnp.float32)
-    seconds = []
-    for fn in (forward, jax.grad(lambda a: jnp.sum(forward(a) ** 2))):
-        start = time.perf_counter()
-        jax.jit(fn).lower(x).compile()
-        seconds.append(time.perf_counter() - start)
-    return seconds[0], seconds[1]
-
-
 def compile_seconds(op: OpCases, case: tuple) -> tuple[float, float]:
     extents, argument = case
     return forward_and_gradient_seconds(lambda a: op.call(a, argument), extents)
@@ -126,7 +111,7 @@ def table(ops: tuple[OpCases, ...]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_times",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.compile_times",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="", help="only ops whose name contains this")
     parser.add_argument("--markdown", help="splice the table into this file's section")

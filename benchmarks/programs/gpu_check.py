@@ -1,6 +1,6 @@
 """GPU checks for jaxpool: one command, under 8 minutes on one GPU.
 
-    python -m benchmarks.gpu_check --out gpu-results [--quick | --full] [--markdown BENCHMARKS.md]
+    python -m benchmarks.programs.gpu_check --out gpu-results [--quick | --full] [--markdown BENCHMARKS.md]
 
 1. Determinism. Twice, each time in a fresh process with
    ``XLA_FLAGS=--xla_gpu_deterministic_ops=true`` (set before JAX is imported): a
@@ -41,7 +41,7 @@ smoke grid: a check that the script runs, in a minute or two.
 What is printed also goes to ``OUT/gpu-report.md`` (with the date and the hardware) after
 each section; ``--markdown FILE`` puts it between the GPU markers of FILE. A report made
 elsewhere goes in later, without a GPU:
-``python -m benchmarks.gpu_check --record OUT/gpu-report.md --markdown BENCHMARKS.md``.
+``python -m benchmarks.programs.gpu_check --record OUT/gpu-report.md --markdown BENCHMARKS.md``.
 
 Exit status: 0 all ran and agreed; 1 a determinism check failed; 2 no GPU; 3 a section
 raised.
@@ -63,7 +63,7 @@ import traceback
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEGIN, END = "<!-- gpu_check:begin -->", "<!-- gpu_check:end -->"
 FLAG = "--xla_gpu_deterministic_ops=true"
 CHILD_TIMEOUT_S = 240
@@ -403,7 +403,7 @@ def child(r: Report, args: list[str], flags: str | None) -> tuple[int | None, li
     if flags:
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "benchmarks.gpu_check", *args]
+    cmd = [sys.executable, "-m", "benchmarks.programs.gpu_check", *args]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=CHILD_TIMEOUT_S, check=False)
@@ -626,7 +626,7 @@ def environment(r: Report, allow_cpu: bool) -> str | None:
         f"GPU run of {datetime.date.today().isoformat()} on "
         f"{machine.describe('gpu', gpus[0] if gpus else None)}; {machine.versions()}.",
         "",
-        f"Command: `python -m benchmarks.gpu_check {shlex.join(sys.argv[1:])}`",
+        f"Command: `python -m benchmarks.programs.gpu_check {shlex.join(sys.argv[1:])}`",
     ]
     r.say(f"jax {jax.__version__}, devices: {', '.join(map(str, jax.devices()))}")
     with contextlib.suppress(ImportError):
@@ -653,7 +653,7 @@ def splice(markdown_file: str, text: str):
 
 def main(argv=None) -> int:
     started = time.perf_counter()
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.programs.gpu_check",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu-results", metavar="DIR")
     p.add_argument("--quick", action="store_true",

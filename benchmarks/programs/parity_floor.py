@@ -11,8 +11,8 @@ machine.
 
 Run from the repository root:
 
-    python -m benchmarks.parity_floor              # every case: 6 minutes on 2 cores
-    python -m benchmarks.parity_floor --every 3    # every third case
+    python -m benchmarks.programs.parity_floor              # every case: 6 minutes on 2 cores
+    python -m benchmarks.programs.parity_floor --every 3    # every third case
 
 Prints seconds of CPU (this process's user and system time) and of wall clock, by op and
 in all.
@@ -51,7 +51,7 @@ def _share(part: float, whole: float) -> str:
 
 def run(every: int, ops: set[str] | None) -> list[str]:
     from parity import compare
-    from parity.suite import grid
+    from parity.suite import cases as grid
 
     cases = [c for c in grid.quick_cases() if not isinstance(c, grid.ErrorCase)
              and (ops is None or c.op in ops)][::every]
@@ -89,7 +89,7 @@ def run(every: int, ops: set[str] | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.parity_floor",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.programs.parity_floor",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--every", type=int, default=1, metavar="N",
                         help="run every N-th case of the default grid (default: all)")

@@ -3,12 +3,12 @@ models with the layers a JAX user would otherwise write, and against torch.
 
 Run from the repository root:
 
-    python -m benchmarks.models                          # every model, table to stdout
-    python -m benchmarks.models --torch-compile          # and torch.compile (slow to compile)
-    python -m benchmarks.models --markdown BENCHMARKS.md # and into its section
-    python -m benchmarks.models --device gpu             # on a GPU (torch on CUDA)
+    python -m benchmarks.programs.models                          # every model, table to stdout
+    python -m benchmarks.programs.models --torch-compile          # and torch.compile (slow to compile)
+    python -m benchmarks.programs.models --markdown BENCHMARKS.md # and into its section
+    python -m benchmarks.programs.models --device gpu             # on a GPU (torch on CUDA)
 
-Each model (``benchmarks.model_zoo``) is written three ways with the same architecture: Flax
+Each model (``benchmarks.programs.model_zoo``) is written three ways with the same architecture: Flax
 with ``jaxpool.linen``'s layers, Flax with the peer's (``flax.linen.max_pool``/``avg_pool``,
 ``jnp.mean``, ``jax.image``, ``jnp.pad``, slicing or reshaping where nothing else exists),
 and torch; the weights are Flax's initial ones, copied into torch by
@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from benchmarks import machine
-from benchmarks.model_zoo import MODELS, PEER_CALLS, Layers, Spec, loss_fns
+from benchmarks.programs.model_zoo import MODELS, PEER_CALLS, Layers, Spec, loss_fns
 from benchmarks.report import markers, splice
 from benchmarks.runner import Device, measure
 
@@ -475,7 +475,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.models",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.programs.models",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated subset of {','.join(MODELS)}")
@@ -547,7 +547,7 @@ def main(argv=None) -> int:
         "device": args.device,
         "where": device.in_words(),
         "versions": machine.versions(("torch", "flax", "optax")),
-        "command": shlex.join(["python", "-m", "benchmarks.models", *argv]),
+        "command": shlex.join(["python", "-m", "benchmarks.programs.models", *argv]),
         "reps": args.reps,
         "min_sample_ms": args.min_sample_ms,
         "elapsed_s": time.perf_counter() - started,
