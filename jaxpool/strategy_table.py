@@ -2,10 +2,11 @@
 
 The one table that :func:`jaxpool.pooling.windows.choose_strategy`,
 :func:`jaxpool.pooling.windows.choose_tangent` and :func:`jaxpool.resampling.plan.choose_sampling_strategy`
-read. ``RULES`` means the decision rules written in those functions, each measured on
-XLA:CPU (their docstrings cite the cells); any other entry names the strategy that backend
-takes instead. Every strategy is exact on every backend (the tests run each of them on the
-CPU, whatever the table says); the table only decides speed.
+read. ``RULES`` means the decision rules written in those functions, XLA:CPU's (their
+docstrings cite the benchmark cells; BENCHMARKS.md holds the numbers); any other entry
+names the strategy that backend takes instead. Every strategy is exact on every backend
+(the tests run each of them on the CPU, whatever the table says); the table only decides
+speed.
 
 The backend a program is traced for is not visible while it is traced, so an op reads
 :func:`current_backend`: the one forced by :func:`use_backend`, else
@@ -31,28 +32,29 @@ FALLBACK = {"tpu": "gpu"}
 TABLE: dict[tuple[str, str], dict[str, str]] = {
     # Window sums (average, adaptive average and LP pooling, area interpolation): the
     # values along an axis of equal windows at a fixed stride. GPU: one
-    # ``lax.reduce_window`` per axis. Measured on one H200 (BENCHMARKS.md, "GPU",
-    # candidate strategies, 2026-12-04), reduce_window's forward over the CPU rules':
-    # adaptive 32x64x56x56 -> 7 0.49x, avg 32x64x32x32 k3 s1 p1 0.76x, avg 16x64x56x56 k3
-    # s2 p1 ceil 0.90x. On XLA:CPU reduce_window is the slow one (choose_tangent).
+    # ``lax.reduce_window`` per axis, whose forward beats the CPU rules' there
+    # (BENCHMARKS.md, "GPU", the reduce_window column of cells `adaptive 32x64x56x56 -> 7`,
+    # `avg 32x64x32x32 k3 s1 p1` and `avg 16x64x56x56 k3 s2 p1 ceil`). On XLA:CPU
+    # reduce_window is the slow one (choose_tangent).
     ("window sums", "equal windows"): {"cpu": RULES, "gpu": "reduce_window"},
     # Their derivatives where the windows overlap at stride 1: reduce_window's transpose,
-    # a pad and another reduce_window (same run: avg 32x64x32x32 k3 s1 p1 gradient 0.88x,
-    # second derivative 0.92x the CPU rules').
+    # a pad and another reduce_window, faster there than the CPU rules (same run, cell
+    # `avg 32x64x32x32 k3 s1 p1`).
     ("window sums derivative", "equal windows at stride 1"): {"cpu": RULES,
                                                               "gpu": "reduce_window"},
-    # Other equal windows keep the CPU's derivative rules on the GPU, measured faster
-    # there than reduce_window's transpose (adaptive 32x64x56x56 -> 7 gradient 1.10x,
-    # second derivative 1.50x; avg 16x64x56x56 k3 s2 p1 ceil 1.16x, 1.13x).
+    # Other equal windows keep the CPU's derivative rules on the GPU, faster there than
+    # reduce_window's transpose (same run, cells `adaptive 32x64x56x56 -> 7` and
+    # `avg 16x64x56x56 k3 s2 p1 ceil`).
     ("window sums derivative", "other windows"): {"cpu": RULES, "gpu": RULES},
     # Max pooling: no other strategy was measured on a GPU.
     ("max pooling", "any axis"): {"cpu": RULES, "gpu": RULES},
-    # Resampling: the H200 run's "jaxpool-phases" side forced phases only where the rules
+    # Resampling: the GPU run's "jaxpool-phases" side forced phases only where the rules
     # already took them (DeepLab x8, bilinear x2, 24 -> 192, trilinear x2, bicubic
-    # 14 -> 21) or where no phases exist (align_corners x2, bicubic 224 -> 299, both
-    # antialias cells at 78dca7d): it ran the default's own programs, so its 0.5-1.4x
-    # spread is the run's noise, not a faster strategy. The matrix product, the one real
-    # alternative timed, was slower on most forwards (DeepLab x8 0.28 against 0.11 ms).
+    # 14 -> 21) or where the code it ran had no phases (align_corners x2, bicubic
+    # 224 -> 299, both antialias cells): it ran the default's own programs, so its spread
+    # is the run's noise, not a faster strategy. The matrix product, the one real
+    # alternative timed, was slower on most forwards (BENCHMARKS.md, "Resampling,
+    # unpooling and padding on the GPU", cell `DeepLab bilinear x8, 2x21x64x64`).
     ("resampling", "any axis"): {"cpu": RULES, "gpu": RULES},
     # grid_sample's derivatives: how the rows read are added back ("sorted": a stable sort
     # and a segmented scan, no scatter; "scatter": a scatter-add, which XLA:CPU runs in one

@@ -537,7 +537,7 @@ def codes_at_once(axes: tuple[AxisPlan, ...]) -> bool:
     rather than walking the axes one at a time, which writes each axis's maxima and codes
     out: for three pooling axes whose windows overlap, where the one pass beats the walk
     in the gradient and the second derivative; without overlap, or on two axes or one,
-    it does not (BENCHMARKS.md, ``python -m benchmarks.max3d``'s cells
+    it does not (BENCHMARKS.md, ``python -m benchmarks.cells.pooling``'s cells
     ``max3d 4x64x16x56x56 k3 s2 p1`` and ``max3d 4x16x56x56x64 k3 s2 p1 NDHWC``, against
     ``max 32x192x56x56 k3 s2 ceil`` and ``max 32x192x56x56 k3 s2 ceil NHWC``; evidence
     ``codes_at_once``)."""
