@@ -575,15 +575,15 @@ def test_the_suites_cases_give_both_sides_the_same_samples(dims):
     its dtype, and gives them to jaxpool as ``samples`` and to torch as
     ``_random_samples``: its torch side is torch's function on those samples, not on samples
     torch draws."""
-    from parity.suite import grid
+    from parity.suite import cases as suite
 
-    cases = [c for c in grid.quick_cases(ops=[f"fractional_max_pool{dims}d"])
-             if isinstance(c, grid.Case)]
+    cases = [c for c in suite.quick_cases(ops=[f"fractional_max_pool{dims}d"])
+             if isinstance(c, suite.Case)]
     for case in cases:
         samples = case.drawn()["samples"]
         batch = case.shape[0] if len(case.shape) == dims + 2 else 1
         assert samples.shape == (batch, case.shape[-dims - 1], dims), case.key
-        assert samples.dtype == grid.DTYPES[case.dtype], case.key
+        assert samples.dtype == suite.DTYPES[case.dtype], case.key
         assert ((samples >= 0) & (samples < 1)).all(), case.key
     case = next(c for c in cases if c.dtype == "float64" and not c.special)
     x, = case.inputs()
@@ -602,16 +602,15 @@ def test_the_suites_cases_give_both_sides_the_same_samples(dims):
 def test_the_suites_bad_calls_raise_for_their_arguments_on_torchs_side(dims):
     """torch's side of each bad call raises for the argument the call gets wrong, not for
     jaxpool's name ``samples``; the same call with good arguments returns."""
-    from jaxpool import registry
-    from parity.suite import ops
+    from parity.suite import cases, ops
 
     op = f"fractional_max_pool{dims}d"
     torch_fn = ops.torch_error_fn(op)
-    for label, shapes, kw in registry.SPECS[op].errors:
-        x = torch.zeros(shapes[0], dtype=torch.float64)
+    for label, (array, *_), kw in cases.error_cases(op).calls:
+        x = torch.zeros(array.shape, dtype=torch.float64)
         with pytest.raises((RuntimeError, ValueError, TypeError, IndexError)) as info:
             torch_fn(x, **{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                           for k, v in kw.items()})
+                           for k, v in kw})
         assert "keyword" not in str(info.value), (label, str(info.value))
     x = torch.zeros((1, 2) + (7,) * dims, dtype=torch.float64)
     out = torch_fn(x, 2, 3, None, False, torch.full((1, 2, dims), 0.5))

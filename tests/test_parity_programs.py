@@ -9,7 +9,7 @@ import torch
 import jaxpool
 import parity
 from parity import programs
-from parity.suite import grid as suite
+from parity.suite import cases as suite
 from parity.suite import runner
 
 pytestmark = pytest.mark.skipif(not programs.serialization_available(),

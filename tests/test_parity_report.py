@@ -14,8 +14,9 @@ from rich.console import Console
 
 import jaxpool
 import parity
+from parity.suite import cases as suite
+from parity.suite import ops as suite_ops
 from parity.suite import report as report_mod
-from parity.suite import grid as suite
 from parity.suite import runner
 from parity.suite.cli import build_parser, main, select_cases
 
@@ -107,9 +108,9 @@ def test_default_grid_keeps_every_kind_of_argument_and_every_values_only_case():
 
 def test_the_default_grid_s_stand_ins_keep_the_kinds_of_argument_they_stand_for():
     """A cheaper set in the default grid in place of a costly one (which --full runs)."""
-    assert suite._CHEAPER
-    for (op, i), (shape, kw) in suite._CHEAPER.items():
-        original = (suite._MAIN[op] + suite._EXTRA[op])[i]
+    assert suite.CHEAPER
+    for (op, i), (shape, kw) in suite.CHEAPER.items():
+        original = (suite.MAIN[op] + suite.EXTRA[op])[i]
         new, old = (suite.Case(op, s, tuple(k.items())) for s, k in ((shape, kw), original))
         assert _kinds(old) <= _kinds(new), (op, _kinds(old) - _kinds(new))
         default = {c.label for c in suite.quick_cases([op]) if isinstance(c, suite.Case)}
@@ -125,10 +126,14 @@ def test_full_grid_holds_the_crossed_grid():
 
 
 def test_every_case_of_either_grid_is_a_valid_torch_call():
-    """A case on which torch raises checks nothing but that both raise."""
+    """A case on which torch raises checks nothing but that both raise. (Not the cases of
+    an op whose twin does not load here.)"""
     import torch
 
+    unchecked = suite.unchecked()
     for case in _derivative_cases(suite.quick_cases() + suite.full_cases()):
+        if case.op in unchecked:
+            continue
         arrays = [torch.from_numpy(a.astype(np.float64) if a.dtype.kind != "i" else a)
                   for a in case.inputs()]
         try:
@@ -390,6 +395,58 @@ def test_cli_exit_status_is_1_on_failure(monkeypatch, capsys):
                  "--orders", "1", "--no-progress", "--jobs", "1", "--no-cache"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "vjp" in out
+
+
+def _twin_fails_to_load(monkeypatch, error):
+    """roi_align's twin as if loading torchvision raised ``error``."""
+    def load():
+        raise error
+
+    monkeypatch.setitem(suite_ops._OPTIONAL_TWINS, "roi_align", ("torchvision", load))
+    monkeypatch.setattr(suite_ops, "_loaded", {})
+
+
+@pytest.mark.parametrize("error,why", [
+    (ModuleNotFoundError("No module named 'torchvision'", name="torchvision"),
+     "torchvision is not installed"),
+    (RuntimeError("operator torchvision::nms does not exist"),
+     "torchvision's compiled ops do not load (RuntimeError: operator torchvision::nms does "
+     "not exist)"),
+], ids=["not installed", "ops do not load"])
+def test_an_op_whose_twin_does_not_load_is_named_with_why(monkeypatch, tmp_path, capsys,
+                                                          error, why):
+    """roi_align without torchvision: a row and a line that say it is not checked and why,
+    in the table, --detail, --json, --markdown and --list; the exit status stays 0."""
+    _twin_fails_to_load(monkeypatch, error)
+    settle = "to check it, install the torchvision release built for torch"
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    argv = ["--op", "global_avg_pool,roi_align", "--dtype", "float64", "--layout", "first",
+            "--orders", "1", "--no-progress", "--jobs", "1", "--no-cache"]
+    assert main(argv + ["--json", str(js), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["roi_align"])
+    assert row[1:3] == ["-", "-"] and row[-2:] == ["not", "checked"]
+    text = " ".join(out.split())  # (rich wraps long lines)
+    assert f"roi_align not checked: {why}; {settle}" in text
+    assert "PASS: 4 cases" in text and "not checked: roi_align" in text
+
+    doc = json.loads(js.read_text())
+    assert doc["summary"]["ok"] is True and doc["summary"]["unchecked"] == ["roi_align"]
+    (entry,) = doc["unchecked"]
+    assert entry["op"] == "roi_align" and entry["checked"] is False
+    assert entry["reason"].startswith(why) and settle in entry["reason"]
+    assert {c["op"] for c in doc["cases"]} == {"global_avg_pool"}
+    report = md.read_text()
+    assert "| roi_align | - | - |" in report and f"roi_align not checked: {why}" in report
+
+    assert main(argv + ["--detail"]) == 0
+    assert f"roi_align not checked: {why}" in " ".join(capsys.readouterr().out.split())
+    assert main(["--list", "--op", "roi_align"]) == 0
+    assert capsys.readouterr().out.startswith(f"roi_align not checked: {why}")
+
+
+def test_every_twin_in_torch_loads():
+    assert suite.unchecked([op for op in suite.OPS if op != "roi_align"]) == {}
 
 
 def test_cli_rejects_bad_arguments(capsys):

@@ -22,7 +22,7 @@ from benchmarks import report as bench_report  # noqa: E402
 
 from parity.results import Report, Row  # noqa: E402
 from parity.suite import cli as parity_cli  # noqa: E402
-from parity.suite import grid as suite  # noqa: E402
+from parity.suite import cases as suite  # noqa: E402
 from parity.suite import picture  # noqa: E402
 from parity.suite import report as parity_report  # noqa: E402
 

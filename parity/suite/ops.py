@@ -4,13 +4,16 @@
 positional arguments after the array inputs (torch's order) and how to build its torch
 counterpart on channels-first inputs from keyword arguments, all read from the op's spec
 (:mod:`jaxpool.registry`) and its function's signature. ``torch_counterpart`` /
-``jax_counterpart`` give both sides for either layout. A new op joins by its spec, and its
-argument sets in ``grid``.
+``jax_counterpart`` give both sides for either layout; ``unavailable`` says why an op's
+twin does not load here (roi_align's is torchvision's, an optional package). A new op joins
+by its spec, and its cases in its family's file of :mod:`parity.suite.cases`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import warnings
 from typing import Callable
 
 import torch
@@ -18,7 +21,8 @@ import torch.nn.functional as F
 
 from ..convert import output_leaves, to_torch
 
-__all__ = ["MAX_KINDS", "OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn"]
+__all__ = ["MAX_KINDS", "OPS", "Op", "jax_counterpart", "torch_counterpart", "torch_error_fn",
+           "unavailable"]
 
 
 def _pair1d(v):
@@ -78,7 +82,8 @@ class Op:
     params: tuple[str, ...]  # positional arguments after the arrays, in torch's order
     torch: Callable[[dict], Callable]  # keyword arguments -> torch function of the arrays
     # (channels-first)
-    arrays: int = 1  # array inputs: x, and max_unpool's indices (never differentiated)
+    arrays: int = 1  # positional array inputs: x, max_unpool's indices (never
+    #                  differentiated), grid_sample's grid
 
     def spatial(self, shape: tuple[int, ...], kwargs: dict) -> int:
         """The number of spatial axes of a case on a channels-first input of ``shape``."""
@@ -92,7 +97,7 @@ class Op:
 # The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
 MAX_KINDS = ("max", "adaptive_max", "global_max", "fractional_max_pool")
 
-# The suite's kind of each family of jaxpool.registry (its argument sets and error calls).
+# The suite's kind of each family of jaxpool.registry, where it is not the family's name.
 _KINDS = {"avg_pool": "avg", "adaptive_avg_pool": "adaptive", "global_avg_pool": "global",
           "max_pool": "max", "adaptive_max_pool": "adaptive_max", "lp_pool": "lp",
           "global_max_pool": "global_max", "interpolate": "interpolate",
@@ -102,13 +107,120 @@ _KINDS = {"avg_pool": "avg", "adaptive_avg_pool": "adaptive", "global_avg_pool":
 # samples are torch's ``_random_samples``.
 _TORCH_NAMES = {"fractional_max_pool": {"samples": "_random_samples"}}
 
+# Array arguments the suite gives both sides by keyword, never differentiated, by op:
+# roi_align's boxes stay concrete inside jaxpool's traced program, where its adaptive grid
+# is sized from them.
+_KEYWORD_ARRAYS = {"roi_align": ("boxes",)}
+
+
+# --- twins from packages beside torch ---------------------------------------------------
+
+def _torchvision_roi_align() -> Callable:
+    """``torchvision.ops.roi_align``, once it has run on a tiny input: without its compiled
+    operator torchvision would fall back to its pure-torch ``_roi_align``, which computes
+    other values past the borders."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision warns when its image decoders fail
+        import torchvision.ops
+    # the operator itself: it raises where torchvision's compiled library did not load
+    torch.ops.torchvision.roi_align(torch.zeros(1, 1, 2, 2, dtype=torch.float64),
+                                    torch.tensor([[0.0, 0.0, 0.0, 1.0, 1.0]],
+                                                 dtype=torch.float64), 1.0, 1, 1, -1, False)
+    return torchvision.ops.roi_align
+
+
+# op -> (package, loader): the loader returns the twin, or raises where it does not load
+_OPTIONAL_TWINS: dict[str, tuple[str, Callable[[], Callable]]] = {
+    "roi_align": ("torchvision", _torchvision_roi_align),
+}
+_loaded: dict[str, tuple[Callable | None, str | None]] = {}  # op -> (twin, why not)
+
+
+def _load(op: str) -> tuple[Callable | None, str | None]:
+    if op not in _loaded:
+        package, loader = _OPTIONAL_TWINS[op]
+        settle = (f"to check it, install the {package} release built for torch "
+                  f"{torch.__version__}")
+        try:
+            _loaded[op] = loader(), None
+        except Exception as e:  # noqa: BLE001 - any failure to load is the reason
+            from ..checks import short_exc
+
+            if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == package:
+                _loaded[op] = None, f"{package} is not installed; {settle}"
+            else:
+                _loaded[op] = None, (f"{package}'s compiled ops do not load "
+                                     f"({short_exc(e)}); {settle}")
+    return _loaded[op]
+
+
+def unavailable(op: str) -> str | None:
+    """Why ``op``'s torch twin does not load here, and how to settle it; None where it
+    loads (every twin in torch itself does)."""
+    if op not in _OPTIONAL_TWINS:
+        return None
+    return _load(op)[1]
+
+
+def _optional_twin(op: str) -> Callable:
+    twin, why = _load(op)
+    if twin is None:
+        raise RuntimeError(f"{op}'s torch twin does not load: {why}")
+    return twin
+
+
+class _Linear(torch.autograd.Function):
+    """``apply(x)`` for a map linear in ``x`` whose adjoint is ``adjoint``: its derivatives
+    of every order are the map and its adjoint, each once more a ``_Linear``."""
+
+    @staticmethod
+    def forward(ctx, x, apply, adjoint):
+        ctx.maps = apply, adjoint
+        return apply(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        apply, adjoint = ctx.maps
+        return _Linear.apply(g, adjoint, apply), None, None
+
+
+def _torch_roi_align(ndim) -> Callable[[dict], Callable]:
+    """torchvision's roi_align on the input, the boxes from the keyword arguments (as
+    tensors in the input's dtype). Its operator has a first derivative in the input alone,
+    and no second; it is linear in the input, so every derivative is its forward or its
+    backward kernel: the twin is that pair (``_Linear``)."""
+
+    def build(kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in ("boxes", "max_sampling_ratio")}
+
+        def call(x):
+            twin = _optional_twin("roi_align")
+            boxes = kwargs["boxes"]
+            boxes = ([to_torch(b).to(x.dtype) for b in boxes]
+                     if isinstance(boxes, (list, tuple)) else to_torch(boxes).to(x.dtype))
+
+            def apply(v):
+                return twin(v, boxes, **kw)
+
+            def adjoint(g):
+                with torch.enable_grad():
+                    z = torch.zeros(x.shape, dtype=g.dtype, requires_grad=True)
+                    return torch.autograd.grad(twin(z, boxes, **kw), z, g)[0]
+
+            return _Linear.apply(x, apply, adjoint)
+
+        return call
+
+    return build
+
+
 # torch twins that are not ``torch_fn(twin)``.
 _TORCH_BUILDERS = {"avg": _torch_avg, "global": lambda ndim: _torch_global("mean"),
-                   "global_max": lambda ndim: _torch_global("amax")}
+                   "global_max": lambda ndim: _torch_global("amax"),
+                   "roi_align": _torch_roi_align}
 
 
 def _resolve(dotted: str) -> Callable:
-    import importlib
     module, _, name = dotted.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
@@ -120,26 +232,28 @@ def _from_spec(spec) -> Op:
     from jaxpool import registry
 
     kind = _KINDS.get(spec.family, spec.family)
+    arrays = [a for a in spec.arrays if a not in _KEYWORD_ARRAYS.get(spec.name, ())]
     parameters = list(inspect.signature(registry.FUNCTIONS[spec.name]).parameters.values())
-    params = tuple(p.name for p in parameters[len(spec.arrays):]
+    params = tuple(p.name for p in parameters[len(arrays):]
                    if p.kind is p.POSITIONAL_OR_KEYWORD)
     torch_fn = (_TORCH_BUILDERS[kind](spec.ndim) if kind in _TORCH_BUILDERS
                 else _torch_fn(_resolve(spec.torch), _TORCH_NAMES.get(spec.family)))
-    return Op(spec.ndim, kind, params, torch_fn, arrays=len(spec.arrays))
+    return Op(spec.ndim, kind, params, torch_fn, arrays=len(arrays))
 
 
 def _ops() -> dict[str, Op]:
     import jaxpool  # noqa: F401 (registers every op)
     from jaxpool import registry
 
-    # every op with argument sets (written in grid.py for the families in _KINDS, else its
-    # spec's), but those that call another with some arguments fixed (upsample_*)
+    # every op but those that call another with some arguments fixed (upsample_*: the
+    # cases of the op they call check them)
     return {name: _from_spec(spec) for name, spec in registry.SPECS.items()
-            if spec.halo != "delegate" and (spec.family in _KINDS or spec.samples)}
+            if spec.halo != "delegate"}
 
 
 OPS: dict[str, Op] = _ops()
-"""Every op the suite checks, from :data:`jaxpool.registry.SPECS`."""
+"""Every op the suite checks, from :data:`jaxpool.registry.SPECS`; the cases of each are in
+its family's file of :mod:`parity.suite.cases`."""
 
 
 def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Callable:

@@ -1,4 +1,8 @@
-"""Rendering suite results: a rich table for the terminal, JSON and Markdown for sharing."""
+"""Rendering suite results: a rich table for the terminal, JSON and Markdown for sharing.
+
+Every renderer takes ``unchecked``, ``{op: why}`` for the ops that could not be checked here
+(:func:`parity.suite.cases.unchecked`), and shows each as a row that says so, and why.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import dataclasses
 import json
 import math
 import platform
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rich import box
 from rich.console import Console
@@ -14,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..tolerances import TOLERANCE_NOTE
-from .grid import CaseResult
+from .cases import CaseResult
 
 __all__ = ["TOLERANCE_NOTE", "OpSummary", "by_op", "summary", "render_summary", "render_table",
            "to_json", "to_markdown"]
@@ -24,17 +28,20 @@ def _orders(results: Sequence[CaseResult]) -> list[int]:
     return sorted({r.order for res in results for r in res.report.rows})
 
 
-def summary(results: Sequence[CaseResult], seconds: float | None = None) -> str:
-    """One line: how many cases and checks passed, and how long it took."""
+def summary(results: Sequence[CaseResult], seconds: float | None = None,
+            unchecked: Mapping[str, str] | None = None) -> str:
+    """One line: how many cases and checks passed, how long it took, and the ops not
+    checked."""
     n_cases = len(results)
     n_failed = sum(not r.ok for r in results)
     n_checks = sum(len(r.report.rows) for r in results)
     n_checks_failed = sum(len(r.report.failures) for r in results)
     took = f" in {seconds:.0f} s" if seconds is not None else ""
+    skipped = f"; not checked: {', '.join(unchecked)}" if unchecked else ""
     if not n_failed:
-        return f"PASS: {n_cases} cases, {n_checks} checks, all agree with torch{took}"
+        return f"PASS: {n_cases} cases, {n_checks} checks, all agree with torch{took}{skipped}"
     return (f"FAIL: {n_failed} of {n_cases} cases ({n_checks_failed} of {n_checks} checks) "
-            f"disagree with torch{took}")
+            f"disagree with torch{took}{skipped}")
 
 
 def _worst(res: CaseResult, order: int) -> tuple[float | None, bool]:
@@ -61,9 +68,18 @@ def _errors_only(res: CaseResult) -> bool:
 
 
 def _summary_line(console: Console, results: Sequence[CaseResult],
-                  seconds: float | None) -> None:
-    console.print(summary(results, seconds), highlight=False,
+                  seconds: float | None, unchecked: Mapping[str, str] | None = None) -> None:
+    console.print(summary(results, seconds, unchecked), highlight=False,
                   style="bold green" if all(r.ok for r in results) else "bold red")
+
+
+NOT_CHECKED = "not checked"
+
+
+def _print_unchecked(console: Console, unchecked: Mapping[str, str] | None) -> None:
+    for op, why in (unchecked or {}).items():
+        console.print(f"{op} {NOT_CHECKED}: {why}", style="yellow", markup=False,
+                      highlight=False)
 
 
 def _print_failures(console: Console, results: Sequence[CaseResult]) -> None:
@@ -120,10 +136,11 @@ def by_op(results: Sequence[CaseResult]) -> list[OpSummary]:
 
 
 def render_summary(results: Sequence[CaseResult], console: Console | None = None,
-                   seconds: float | None = None, failures: bool = True) -> None:
+                   seconds: float | None = None, failures: bool = True,
+                   unchecked: Mapping[str, str] | None = None) -> None:
     """Print one row per op (its cases, checks, worst error per order, bad-argument calls
-    and result; one screen for the default grid), the failing checks in detail, and the
-    summary line."""
+    and result; one screen for the default grid) and per op not checked, why each was
+    not, the failing checks in detail, and the summary line."""
     console = console or Console()
     orders = _orders(results)
     table = Table(title="parity: jaxpool vs torch.nn.functional", title_justify="left",
@@ -150,11 +167,14 @@ def render_summary(results: Sequence[CaseResult], console: Console | None = None
             Text(f"{s.errors - s.failed_errors}/{s.errors}" if s.errors else "-",
                  style=bad if s.failed_errors else ""),
             Text("pass", style="green") if s.ok else Text("FAIL", style=bad))
+    for op in unchecked or {}:
+        table.add_row(op, "-", "-", *["-"] * len(orders), "-", Text(NOT_CHECKED, style="yellow"))
     console.print(table)
     console.print(_SHORT_NOTE, style="dim", highlight=False)
+    _print_unchecked(console, unchecked)
     if failures:
         _print_failures(console, results)
-    _summary_line(console, results, seconds)
+    _summary_line(console, results, seconds, unchecked)
 
 
 _SHORT_NOTE = ("Errors are normwise, max|jax - reference| / max|reference| over a check; "
@@ -162,9 +182,10 @@ _SHORT_NOTE = ("Errors are normwise, max|jax - reference| / max|reference| over 
 
 
 def render_table(results: Sequence[CaseResult], console: Console | None = None,
-                 seconds: float | None = None, failures: bool = True) -> None:
-    """Print a row per case (``--detail``), the failing checks in detail, and the summary
-    line."""
+                 seconds: float | None = None, failures: bool = True,
+                 unchecked: Mapping[str, str] | None = None) -> None:
+    """Print a row per case (``--detail``) and per op not checked, why each was not, the
+    failing checks in detail, and the summary line."""
     console = console or Console()
     orders = _orders(results)
     table = Table(title="parity: jaxpool vs torch.nn.functional", title_justify="left",
@@ -199,11 +220,16 @@ def render_table(results: Sequence[CaseResult], console: Console | None = None,
         op = c.op if c.op != previous_op else ""
         table.add_row(op, c.label, _SHORT_DTYPE.get(c.dtype, c.dtype), c.layout, *cells, result)
         previous_op = c.op
+    for op, why in (unchecked or {}).items():
+        table.add_section()
+        table.add_row(op, f"{NOT_CHECKED}: {why}", "-", "-", *["-"] * len(orders),
+                      Text(NOT_CHECKED, style="yellow"))
     console.print(table)
     console.print(TOLERANCE_NOTE, style="dim", highlight=False)
+    _print_unchecked(console, unchecked)
     if failures:
         _print_failures(console, results)
-    _summary_line(console, results, seconds)
+    _summary_line(console, results, seconds, unchecked)
 
 
 def _environment() -> dict:
@@ -219,8 +245,10 @@ def _environment() -> dict:
             "torch": torch.__version__, "jaxpool": version, "machine": platform.machine()}
 
 
-def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
-    """Everything: per case, per check errors and tolerances, plus the environment."""
+def to_json(results: Sequence[CaseResult], seconds: float | None = None,
+            unchecked: Mapping[str, str] | None = None) -> str:
+    """Everything: per case, per check errors and tolerances, the environment, and each op
+    not checked with why (``"unchecked"``)."""
     doc = {
         "summary": {
             "ok": all(r.ok for r in results),
@@ -229,7 +257,8 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
             "checks": sum(len(r.report.rows) for r in results),
             "failed_checks": sum(len(r.report.failures) for r in results),
             "seconds": seconds,
-            "line": summary(results, seconds),
+            "unchecked": list(unchecked or {}),
+            "line": summary(results, seconds, unchecked),
         },
         "environment": _environment(),
         "tolerances": TOLERANCE_NOTE,
@@ -240,6 +269,8 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
              "worst_rel_err_by_order": {str(k): v for k, v in o.worst.items()}}
             for o in by_op(results)
         ],
+        "unchecked": [{"op": op, "checked": False, "reason": why}
+                      for op, why in (unchecked or {}).items()],
         "cases": [
             {
                 "op": r.case.op,
@@ -260,15 +291,16 @@ def to_json(results: Sequence[CaseResult], seconds: float | None = None) -> str:
 
 
 def to_markdown(results: Sequence[CaseResult], seconds: float | None = None,
-                picture: str | None = None) -> str:
-    """A GitHub-flavoured Markdown table with the summary and failure details; ``picture``,
-    the path of the ``--picture`` PNG relative to the report, is shown under the table."""
+                picture: str | None = None, unchecked: Mapping[str, str] | None = None) -> str:
+    """A GitHub-flavoured Markdown table with the summary, the ops not checked and why, and
+    failure details; ``picture``, the path of the ``--picture`` PNG relative to the report,
+    is shown under the table."""
     orders = _orders(results)
     env = _environment()
     lines = [
         "# parity: jaxpool vs torch.nn.functional",
         "",
-        f"**{summary(results, seconds)}**",
+        f"**{summary(results, seconds, unchecked)}**",
         "",
         f"jax {env['jax']}, torch {env['torch']}, jaxpool {env['jaxpool']}, "
         f"Python {env['python']}.",
@@ -283,6 +315,11 @@ def to_markdown(results: Sequence[CaseResult], seconds: float | None = None,
         errors = f"{o.errors - o.failed_errors}/{o.errors}" if o.errors else "-"
         lines.append(f"| {o.op} | {o.cases} | {o.checks - o.failed_checks}/{o.checks} | "
                      + " | ".join(cells) + f" | {errors} | {'pass' if o.ok else '**FAIL**'} |")
+    for op in unchecked or {}:
+        lines.append(f"| {op} | - | - | " + " | ".join("-" for _ in orders)
+                     + f" | - | {NOT_CHECKED} |")
+    for op, why in (unchecked or {}).items():
+        lines += ["", f"{op} {NOT_CHECKED}: {why}"]
     if picture:
         lines += ["", f"![worst error over its tolerance, per op and order]({picture})"]
     lines += [

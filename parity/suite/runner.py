@@ -20,7 +20,7 @@ import threading
 from typing import Callable, Iterator, Sequence
 
 from .. import programs
-from .grid import CaseResult, run_case
+from .cases import CaseResult, run_case
 
 __all__ = ["compilation_cache", "default_cache_dir", "default_jobs", "run_cases"]
 
