@@ -1,10 +1,11 @@
 """One description of each pooling module, which ``jaxpool.linen`` and ``jaxpool.nnx`` share.
 
 A description is a dataclass: the module's fields (torch.nn's arguments in torch.nn's order,
-typed, with torch's defaults, then ``channels_last``), its docstring, and its call (the
-function of the same name, each field passed to it by name). ``jaxpool.linen.MaxPool2d`` is
-``class MaxPool2d(<linen base>, MaxPool2d)``, ``jaxpool.nnx.MaxPool2d`` the same on
-``nnx.Module``: the framework adds its own machinery and nothing else.
+typed, with torch's defaults, then ``channels_last`` where the op has one), its docstring,
+and its call (the function of the same name, each field passed to it by name).
+``jaxpool.linen.MaxPool2d`` is ``class MaxPool2d(<linen base>, MaxPool2d)``,
+``jaxpool.nnx.MaxPool2d`` the same on ``nnx.Module``: the framework adds its own machinery
+and nothing else.
 
 No Flax here, so that the Flax modules' import can say how to install it.
 """
@@ -553,7 +554,7 @@ class Pad(Pool):
     def __call__(self, x: ArrayLike) -> Any:
         """Pads ``x`` (layout and result as in the class docstring)."""
         pairs = checks.int_tuple("padding", self.padding, 2 * self.ndim,
-                                  minimum=-checks.INT_MAX, repeat_single=False)
+                                  minimum=-checks.INT32_MAX, repeat_single=False)
         value = getattr(self, "value", None) if self.mode == "constant" else None
         return jaxpool.pad(x, pairs, self.mode, value, channels_last=self.channels_last)
 
@@ -1042,59 +1043,95 @@ class PixelUnshuffle(_PixelUnshuffle):
     function = staticmethod(jaxpool.pixel_unshuffle)
 
 
-# --- every description, and those read from an op's spec ----------------------------------
+@dataclasses.dataclass(eq=False, repr=False)
+class _ChannelShuffle(Pool):
+    """torch.nn.ChannelShuffle's field."""
 
-from jaxpool import registry  # noqa: E402
-
-
-class ArraysPool(Pool):
-    """What a description read from a spec of several arrays has: the call takes them all."""
-
-    def __call__(self, *arrays: ArrayLike) -> Any:
-        """Calls the op on ``arrays`` (layout and result as in the class docstring)."""
-        names = [n for n in list(inspect.signature(self.function).parameters)[len(arrays):]
-                 if n != "axis_names"]
-        return self.function(*arrays, **{name: getattr(self, name) for name in names})
+    groups: int
+    channels_last: bool = True
 
 
-def _from_spec(spec: registry.Spec, module: str) -> type[Pool]:
-    """``module``'s description read from ``spec``'s function: its arguments after the
-    arrays (but ``axis_names``) as fields, in its order with its defaults, and
-    ``channels_last`` True (Flax's layout) where it has one."""
-    function = registry.FUNCTIONS[spec.name]
-    parameters = list(inspect.signature(function).parameters.values())[len(spec.arrays):]
-    fields = [(p.name, p.annotation, dataclasses.field(
-        default=True if p.name == "channels_last" else p.default))
-        if p.default is not p.empty else (p.name, p.annotation)
-        for p in parameters if p.name != "axis_names"]
-    base = ArraysPool if len(spec.arrays) > 1 else Pool
-    summary = (function.__doc__ or "").strip().splitlines()[0]
-    doc = (f"``torch.nn.{module}``: :func:`jaxpool.{spec.name}` as a module. {summary}\n\n"
-           f"    Fields: the function's arguments after its arrays, with its defaults; "
-           f"``channels_last`` defaults to True (Flax's layout).\n    ")
-    cls = dataclasses.make_dataclass(module, fields, bases=(base,), eq=False, repr=False,
-                                     namespace={"function": staticmethod(function),
-                                                "__doc__": doc})
-    cls.__module__ = __name__
-    return cls
+class ChannelShuffle(_ChannelShuffle):
+    """Interleave the channels of ``groups`` groups, as ``torch.nn.ChannelShuffle(groups)``
+    (``jaxpool.channel_shuffle``, ShuffleNet's shuffle).
+
+    ``[B, *spatial, C]`` (channels-last, the default; rank 3 or more) or ``[B, C, *spatial]``
+    with ``channels_last=False``; the output has the input's shape, channel
+    ``g*(C/groups) + k`` moved to ``k*groups + g``.
+
+        >>> x = jnp.arange(6.0).reshape(1, 1, 6)
+        >>> jaxpool.linen.ChannelShuffle(3).apply({}, x)[0, 0]
+        Array([0., 2., 4., 1., 3., 5.], dtype=float32)
+        >>> jaxpool.nnx.ChannelShuffle(2, channels_last=False)(jnp.ones((2, 4, 5, 5))).shape
+        (2, 4, 5, 5)
+    """
+
+    function = staticmethod(jaxpool.channel_shuffle)
 
 
-def _descriptions() -> dict[str, type[Pool]]:
-    written = {name: value for name, value in globals().items()
-               if isinstance(value, type) and issubclass(value, Pool)
-               and not name.startswith("_") and "function" in dir(value)
-               and name not in ("Pool", "Unpool", "Pad", "ArraysPool")}
-    for spec in registry.SPECS.values():
-        for module in spec.modules:
-            if module not in written:
-                written[module] = _from_spec(spec, module)
-    return written
+# --- sliding blocks ------------------------------------------------------------------------
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _Unfold(Pool):
+    """torch.nn.Unfold's fields; channels-first only, as torch's (no ``channels_last``)."""
+
+    kernel_size: Size
+    dilation: Size = 1
+    padding: Size = 0
+    stride: Size = 1
 
 
-DESCRIPTIONS: dict[str, type[Pool]] = _descriptions()
-"""Every module's description by its class name: those written above, and those read from
-an op's spec (:data:`jaxpool.registry.SPECS`) where none is written."""
+@dataclasses.dataclass(eq=False, repr=False)
+class _Fold(Pool):
+    """torch.nn.Fold's fields; channels-first only, as torch's (no ``channels_last``)."""
 
-DERIVED: tuple[str, ...] = tuple(name for name in DESCRIPTIONS if name not in globals())
-"""The descriptions read from specs: ``jaxpool.linen`` and ``jaxpool.nnx`` make their
-classes in a loop."""
+    output_size: Size
+    kernel_size: Size
+    dilation: Size = 1
+    padding: Size = 0
+    stride: Size = 1
+
+
+class Unfold(_Unfold):
+    """Sliding blocks of an image as columns, as ``torch.nn.Unfold(kernel_size, dilation,
+    padding, stride)`` (``jaxpool.unfold``, im2col).
+
+    ``[B, C, H, W]`` or ``[C, H, W]`` -> ``[B, C*kh*kw, L]`` (``[C*kh*kw, L]``), ``L`` the
+    blocks' count as in ``jaxpool.unfold``; channels-first only, torch's layout.
+
+        >>> x = jnp.ones((2, 3, 8, 8))
+        >>> jaxpool.linen.Unfold(3, padding=1, stride=2).apply({}, x).shape
+        (2, 27, 16)
+        >>> jaxpool.nnx.Unfold((2, 3))(x).shape
+        (2, 18, 42)
+    """
+
+    function = staticmethod(jaxpool.unfold)
+
+
+class Fold(_Fold):
+    """Columns summed back into an image, as ``torch.nn.Fold(output_size, kernel_size,
+    dilation, padding, stride)`` (``jaxpool.fold``, col2im; the adjoint of ``Unfold``).
+
+    ``[B, C*kh*kw, L]`` or ``[C*kh*kw, L]`` -> ``[B, C, *output_size]``
+    (``[C, *output_size]``), ``L`` the blocks' count in ``output_size``; channels-first
+    only, torch's layout.
+
+        >>> columns = jnp.ones((2, 27, 16))
+        >>> jaxpool.linen.Fold((8, 8), 3, padding=1, stride=2).apply({}, columns).shape
+        (2, 3, 8, 8)
+        >>> jaxpool.nnx.Fold(4, 2, stride=2)(jnp.ones((12, 4))).shape
+        (3, 4, 4)
+    """
+
+    function = staticmethod(jaxpool.fold)
+
+
+# --- every description ---------------------------------------------------------------------
+
+DESCRIPTIONS: dict[str, type[Pool]] = {
+    name: value for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, Pool) and not name.startswith("_")
+    and "function" in dir(value) and name not in ("Pool", "Unpool", "Pad")}
+"""Every module's description by its class name: ``jaxpool.linen``, ``jaxpool.nnx`` and
+``jaxpool.equinox`` each have a class of that name built on it."""

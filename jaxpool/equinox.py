@@ -193,6 +193,9 @@ class UpsamplingBilinear2d(_Module, _modules.UpsamplingBilinear2d):
 
 class PixelShuffle(_Module, _modules.PixelShuffle): ...
 class PixelUnshuffle(_Module, _modules.PixelUnshuffle): ...
+class ChannelShuffle(_Module, _modules.ChannelShuffle): ...
+class Unfold(_Module, _modules.Unfold): ...
+class Fold(_Module, _modules.Fold): ...
 
 
 class _Fractional(_Module):
@@ -210,20 +213,3 @@ class _Fractional(_Module):
 
 class FractionalMaxPool2d(_Fractional, _modules.FractionalMaxPool2d): ...
 class FractionalMaxPool3d(_Fractional, _modules.FractionalMaxPool3d): ...
-
-
-class _Arrays(_Module):
-    """The Equinox side of a description whose call takes several arrays."""
-
-    def __call__(self, *arrays: ArrayLike, key: Any = None) -> Any:
-        """The op on ``arrays`` (layout and result as in the class docstring)."""
-        call: Callable[..., Any] = self._description.__call__
-        return call(self, *arrays)
-
-
-# The modules whose description is read from their op's spec (jaxpool._modules.DERIVED).
-for _name in getattr(_modules, "DERIVED", ()):
-    _base = getattr(_modules, "ArraysPool", None)
-    _side = _Arrays if _base and issubclass(_modules.DESCRIPTIONS[_name], _base) else _Module
-    globals()[_name] = type(_name, (_side, _modules.DESCRIPTIONS[_name]),
-                            {"__module__": __name__})

@@ -1,7 +1,10 @@
 """Shape rules of every op, in plain Python: no tracing, no arrays.
 
-Forward: each function takes an input shape and the op's arguments (the same names and
-defaults as the op) and returns the output shape, raising the op's own errors. Backward, as
+Forward: each function takes the op's arguments, a shape in place of each array
+(``input_shape`` for ``x`` or ``input``, ``grid_shape``, ``theta_shape``, ``boxes_shape``,
+``samples_shape``; a max unpool's indices have ``input_shape``, and ``return_indices``,
+``key`` and ``axis_names`` change no shape), with the op's names and defaults, and returns
+the output shape, raising the op's own errors. Backward, as
 the catalog defines it: ``output_size`` and the channel count can be read from an output
 shape, the input's spatial extents cannot (every input extent maps to the requested output).
 
@@ -12,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Sequence
+import numbers
+from typing import Sequence, cast
 
 from jaxpool.core import checks
 from jaxpool.pooling.functions import OutputSize, Size
@@ -512,7 +515,8 @@ def _unpool(op: str, ndim: int, input_shape: Shape, kernel_size: Size, stride: S
 # --- resampling ------------------------------------------------------------------------------
 
 from jaxpool.resampling.functions import ScaleArg, SizeArg  # noqa: E402
-from jaxpool.resampling.plan import plan_interpolate, plan_pixel_shuffle  # noqa: E402
+from jaxpool.resampling.plan import (plan_channel_shuffle, plan_interpolate,  # noqa: E402
+                                     plan_pixel_shuffle)
 
 
 def interpolate(input_shape: Shape, size: SizeArg = None, scale_factor: ScaleArg = None,
@@ -611,47 +615,227 @@ def pixel_unshuffle(input_shape: Shape, downscale_factor: int, *, channels_last:
                               downscale_factor, channels_last, inverse=True)[1]
 
 
-# --- the shape rule of an op with none written above: read from its spec -------------------
+def channel_shuffle(input_shape: Shape, groups: int, *, channels_last: bool = False
+                    ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.channel_shuffle`.
 
-def _array_shape_name(array: str) -> str:
-    return "input_shape" if array == "x" else f"{array}_shape"
+    Args:
+      input_shape: ``[B, C, *spatial]``, rank 3 or more (``[B, *spatial, C]`` with
+        ``channels_last``).
+      groups, channels_last: as :func:`jaxpool.channel_shuffle`.
 
+    Returns:
+      ``input_shape``: the channels are reordered, not resized.
 
-@functools.lru_cache(maxsize=None)
-def _from_spec(name: str) -> Callable[..., tuple]:
-    """``name``'s shape rule: its function traced abstractly (its arguments are checked in
-    plain Python before anything is traced, so it raises the op's own errors). Takes a
-    shape per array (``input_shape`` for ``x``, ``<name>_shape`` for the others), then the
-    op's other arguments; returns the output's shape (a tuple of shapes for several)."""
-    import jax
-    import jax.numpy as jnp
-
-    from jaxpool import registry
-
-    spec = registry.SPECS[name]
-    function = registry.FUNCTIONS[name]
-
-    def shape_rule(*args: Any, **kwargs: Any) -> tuple:
-        shapes = [kwargs.pop(_array_shape_name(a)) if _array_shape_name(a) in kwargs
-                  else args[i] for i, a in enumerate(spec.arrays)]
-        rest = args[len(shapes):] if len(args) > len(shapes) else ()
-        arrays = [jax.ShapeDtypeStruct(
-            _input(name, s, _array_shape_name(a)),
-            jnp.float32 if a in spec.differentiable else jnp.int32)
-            for a, s in zip(spec.arrays, shapes)]
-        out = jax.eval_shape(lambda *xs: function(*xs, *rest, **kwargs), *arrays)
-        return (tuple(out.shape) if hasattr(out, "shape")
-                else tuple(tuple(o.shape) for o in out))
-
-    shape_rule.__name__ = shape_rule.__qualname__ = name
-    shape_rule.__doc__ = (f"Output shape of :func:`jaxpool.{name}`: its arguments, with a "
-                          f"shape in place of each array.")
-    return shape_rule
+    Example:
+      >>> jaxpool.shapes.channel_shuffle((8, 24, 28, 28), 3)
+      (8, 24, 28, 28)
+    """
+    shape = _input("channel_shuffle", input_shape)
+    plan_channel_shuffle("channel_shuffle", shape, groups, channels_last)
+    return shape
 
 
-def __getattr__(name: str) -> Callable[..., tuple]:
-    from jaxpool import registry
+# --- the ops of several arrays, and those whose plans check a dtype ----------------------------
 
-    if name in registry.SPECS:
-        return _from_spec(name)
-    raise AttributeError(f"module 'jaxpool.shapes' has no attribute {name!r}")
+from jaxpool.fractional.functions import Ratio  # noqa: E402
+from jaxpool.fractional.plan import plan_fractional  # noqa: E402
+from jaxpool.grid_sampling.plan import plan_affine_grid, plan_grid_sample  # noqa: E402
+from jaxpool.patches.plan import plan_fold, plan_unfold  # noqa: E402
+from jaxpool.roi.plan import check_box_list, plan_roi_align  # noqa: E402
+
+_DTYPE = "float32"
+"""The dtype these rules give the plans that check one: a rule sees no dtype, every one of
+these ops takes float32, and none of their output shapes depends on the dtype."""
+
+
+def grid_sample(input_shape: Shape, grid_shape: Shape, mode: str = "bilinear",
+                padding_mode: str = "zeros", align_corners: bool | None = None, *,
+                channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.grid_sample`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` or ``[N, C, D, H, W]`` (``[N, H, W, C]`` or
+        ``[N, D, H, W, C]`` with ``channels_last``).
+      grid_shape: ``[N, Ho, Wo, 2]`` or ``[N, Do, Ho, Wo, 3]``.
+      mode, padding_mode, align_corners, channels_last: as :func:`jaxpool.grid_sample`.
+
+    Returns:
+      ``[N, C, Ho, Wo]`` or ``[N, C, Do, Ho, Wo]`` (channels last with ``channels_last``):
+      the grid's points, the input's channels.
+
+    Example:
+      >>> jaxpool.shapes.grid_sample((8, 3, 64, 64), (8, 32, 48, 2), align_corners=False)
+      (8, 3, 32, 48)
+    """
+    # align_corners=None is not defaulted here: the op's warning is about values, not shapes.
+    return plan_grid_sample(_input("grid_sample", input_shape), _DTYPE,
+                            _input("grid_sample", grid_shape, "grid_shape"), _DTYPE, mode,
+                            padding_mode, align_corners, channels_last).out_shape
+
+
+def affine_grid(theta_shape: Shape, size: Sequence[int], align_corners: bool | None = None
+                ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.affine_grid`.
+
+    Args:
+      theta_shape: ``[N, 2, 3]`` (2-D) or ``[N, 3, 4]`` (3-D).
+      size, align_corners: as :func:`jaxpool.affine_grid`.
+
+    Returns:
+      ``[N, H, W, 2]`` for ``size`` ``(N, C, H, W)``, ``[N, D, H, W, 3]`` for
+      ``(N, C, D, H, W)``.
+
+    Example:
+      >>> jaxpool.shapes.affine_grid((8, 2, 3), (8, 3, 32, 48), align_corners=False)
+      (8, 32, 48, 2)
+    """
+    plan = plan_affine_grid(_input("affine_grid", theta_shape, "theta_shape"), _DTYPE, size,
+                            align_corners)
+    return (plan.batch, *plan.spatial, len(plan.spatial))
+
+
+def unfold(input_shape: Shape, kernel_size: Size, dilation: Size = 1, padding: Size = 0,
+           stride: Size = 1) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.unfold`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` or ``[C, H, W]``.
+      kernel_size, dilation, padding, stride: as :func:`jaxpool.unfold`.
+
+    Returns:
+      ``[N, C*kh*kw, L]`` (or ``[C*kh*kw, L]``), ``L = bh*bw`` blocks with
+      ``b = (n + 2*padding - dilation*(k - 1) - 1) // stride + 1`` per axis.
+
+    Example:
+      >>> jaxpool.shapes.unfold((8, 3, 32, 32), 3, padding=1, stride=2)
+      (8, 27, 256)
+    """
+    return plan_unfold(_input("unfold", input_shape), _DTYPE, kernel_size, dilation, padding,
+                       stride).columns_shape
+
+
+def fold(input_shape: Shape, output_size: Size, kernel_size: Size, dilation: Size = 1,
+         padding: Size = 0, stride: Size = 1) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.fold`.
+
+    Args:
+      input_shape: ``[N, C*kh*kw, L]`` or ``[C*kh*kw, L]``, with ``L`` the count of blocks
+        that ``output_size`` holds.
+      output_size, kernel_size, dilation, padding, stride: as :func:`jaxpool.fold`.
+
+    Returns:
+      ``[N, C, *output_size]`` (or ``[C, *output_size]``).
+
+    Example:
+      >>> jaxpool.shapes.fold((8, 27, 256), (32, 32), 3, padding=1, stride=2)
+      (8, 3, 32, 32)
+    """
+    return plan_fold(_input("fold", input_shape), _DTYPE, output_size, kernel_size, dilation,
+                     padding, stride).image_shape
+
+
+def fractional_max_pool2d(input_shape: Shape, kernel_size: Size,
+                          output_size: Size | None = None, output_ratio: Ratio | None = None,
+                          samples_shape: Shape | None = None, *, channels_last: bool = False
+                          ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.fractional_max_pool2d` (its indices have the same
+    shape).
+
+    Args:
+      input_shape: ``[N, C, H, W]`` or ``[C, H, W]`` (``[N, H, W, C]`` or ``[H, W, C]`` with
+        ``channels_last``).
+      kernel_size, output_size, output_ratio, channels_last: as
+        :func:`jaxpool.fractional_max_pool2d`.
+      samples_shape: the given samples' shape, ``[N, C, 2]`` (N = 1 unbatched); None for a
+        call that draws them from a key.
+
+    Returns:
+      The output shape, same layout: H, W become ``output_size``, or
+      ``int(n * output_ratio)``.
+
+    Example:
+      >>> jaxpool.shapes.fractional_max_pool2d((8, 16, 32, 32), 3, output_ratio=0.5)
+      (8, 16, 16, 16)
+    """
+    return _fractional("fractional_max_pool2d", 2, input_shape, kernel_size, output_size,
+                       output_ratio, samples_shape, channels_last)
+
+
+def fractional_max_pool3d(input_shape: Shape, kernel_size: Size,
+                          output_size: Size | None = None, output_ratio: Ratio | None = None,
+                          samples_shape: Shape | None = None, *, channels_last: bool = False
+                          ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.fractional_max_pool3d` (its indices have the same
+    shape).
+
+    Args:
+      input_shape: ``[N, C, T, H, W]`` or ``[C, T, H, W]`` (``[N, T, H, W, C]`` or
+        ``[T, H, W, C]`` with ``channels_last``).
+      kernel_size, output_size, output_ratio, channels_last: as
+        :func:`jaxpool.fractional_max_pool3d`.
+      samples_shape: the given samples' shape, ``[N, C, 3]`` (N = 1 unbatched); None for a
+        call that draws them from a key.
+
+    Returns:
+      The output shape, same layout: T, H, W become ``output_size``, or
+      ``int(n * output_ratio)``.
+
+    Example:
+      >>> jaxpool.shapes.fractional_max_pool3d((2, 4, 9, 9, 9), 2, output_size=(4, 5, 6))
+      (2, 4, 4, 5, 6)
+    """
+    return _fractional("fractional_max_pool3d", 3, input_shape, kernel_size, output_size,
+                       output_ratio, samples_shape, channels_last)
+
+
+def _fractional(op: str, ndim: int, input_shape: Shape, kernel_size: Size,
+                output_size: Size | None, output_ratio: Ratio | None,
+                samples_shape: Shape | None, channels_last: bool) -> tuple[int, ...]:
+    # The op takes its samples or a key to draw them from; the shape depends on neither,
+    # so without samples the rule checks the call as one with a key.
+    samples = None if samples_shape is None else _input(op, samples_shape, "samples_shape")
+    return plan_fractional(op, _input(op, input_shape), _DTYPE, ndim, kernel_size,
+                           output_size, output_ratio, samples,
+                           None if samples is None else _DTYPE, samples is None,
+                           channels_last).output_shape
+
+
+def roi_align(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
+              output_size: int | tuple[int, int], spatial_scale: float = 1.0,
+              sampling_ratio: int = -1, aligned: bool = False,
+              max_sampling_ratio: int | None = None, *, channels_last: bool = False
+              ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.roi_align`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``).
+      boxes_shape: the boxes' ``[K, 5]``, or each image's ``[L_i, 4]`` in a list (K boxes
+        in all).
+      output_size, spatial_scale, sampling_ratio, aligned, max_sampling_ratio,
+        channels_last: as :func:`jaxpool.roi_align`.
+
+    Returns:
+      ``[K, C, Ho, Wo]`` (``[K, Ho, Wo, C]`` with ``channels_last``): one map of
+      ``output_size`` bins per box.
+
+    Example:
+      >>> jaxpool.shapes.roi_align((2, 256, 50, 50), [(300, 4), (200, 4)], 7)
+      (500, 256, 7, 7)
+    """
+    op = "roi_align"
+    if isinstance(boxes_shape, (tuple, list)) and any(
+            isinstance(b, (tuple, list)) or hasattr(b, "shape") for b in boxes_shape):
+        per_image = [_input(op, b, f"boxes_shape[{i}]") for i, b in enumerate(boxes_shape)]
+        check_box_list(per_image, [_DTYPE] * len(per_image))
+        boxes: tuple[int, ...] = (sum(b[0] for b in per_image), 5)
+    else:
+        boxes = _input(op, cast(Shape, boxes_shape), "boxes_shape")
+    # An adaptive grid is sized from the boxes' values, which change no shape: without
+    # them the rule checks the call as one on boxes of one sample per bin, where the op on
+    # traced boxes would ask for max_sampling_ratio.
+    adaptive = not (isinstance(sampling_ratio, numbers.Integral) and sampling_ratio > 0)
+    bound = 1 if adaptive and max_sampling_ratio is None else max_sampling_ratio
+    return plan_roi_align(_input(op, input_shape), _DTYPE, boxes, _DTYPE, output_size,
+                          spatial_scale, sampling_ratio, aligned, bound,
+                          channels_last).out_shape

@@ -231,7 +231,7 @@ def test_same_bits_as_the_function_on_every_path(name, args, kwargs, shape, chan
 # --- Equinox's machinery -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + ["ChannelShuffle", "Unfold", "Fold"])
 def test_fields_are_the_descriptions_static_and_channels_first(name):
     cls, description = getattr(jaxpool.equinox, name), _modules.DESCRIPTIONS[name]
     ours, theirs = dataclasses.fields(cls), dataclasses.fields(description)
@@ -244,6 +244,20 @@ def test_fields_are_the_descriptions_static_and_channels_first(name):
     summary = inspect.cleandoc(description.__doc__).split("\n\n")[0]
     assert cls.__doc__.startswith(summary) and ">>>" not in cls.__doc__
     assert "channels_last`` defaults to False" in cls.__doc__
+
+
+# Beside the harness above: a batch for ChannelShuffle, whose op takes one; one example for
+# Unfold and Fold, whose ops take it as torch's (neither has channels_last).
+@pytest.mark.parametrize("name,args,shape", [("ChannelShuffle", (3,), (2, 6, 3, 4)),
+                                             ("Unfold", ((3, 2),), (3, 7, 9)),
+                                             ("Fold", ((5, 6), 2), (12, 20))])
+def test_other_modules_call_their_function(name, args, shape, rng):
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    module = getattr(jaxpool.equinox, name)(*args)
+    assert jax.tree.leaves(module) == []
+    expected = _modules.DESCRIPTIONS[name].function(x, *args)
+    np.testing.assert_array_equal(np.asarray(module(x)), np.asarray(expected))
+    np.testing.assert_array_equal(np.asarray(eqx.filter_jit(module)(x)), np.asarray(expected))
 
 
 def test_no_parameters_one_trace_per_configuration_and_the_key_is_taken(rng):

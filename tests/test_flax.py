@@ -168,6 +168,44 @@ def test_fields_are_torch_nn_arguments_in_its_order_then_channels_last(api, name
     assert ">>>" in cls.__doc__ and cls.__doc__ == getattr(_modules, name).__doc__
 
 
+# The modules whose op has no layout harness above: channel shuffle, and unfold and fold,
+# which are channels-first only, as torch's (no channels_last field). (module, torch.nn's
+# arguments, keywords, channels-first input shape)
+OTHER_MODULES = [
+    ("ChannelShuffle", (3,), {}, (2, 6, 3, 4)),
+    ("Unfold", ((3, 2),), dict(dilation=(1, 2), padding=1, stride=(2, 1)), (2, 3, 7, 9)),
+    ("Fold", ((5, 6), 2), {}, (2, 12, 20)),
+]
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+@pytest.mark.parametrize("name,args,kwargs,shape", OTHER_MODULES,
+                         ids=[m[0] for m in OTHER_MODULES])
+def test_other_modules_are_torch_nns_in_fields_and_values(api, name, args, kwargs, shape, rng):
+    cls = getattr(getattr(jaxpool, api), name)
+    theirs = [(p.name, p.default)
+              for p in inspect.signature(getattr(torch.nn, name)).parameters.values()]
+    ours = [(p.name, p.default)
+            for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if p.name not in ("parent", "name")]
+    layout = [("channels_last", True)] if name == "ChannelShuffle" else []
+    assert ours == theirs + layout
+    assert issubclass(cls, _modules.DESCRIPTIONS[name]) and cls.__doc__ == \
+        _modules.DESCRIPTIONS[name].__doc__
+    x = rng.standard_normal(shape).astype(np.float32)
+    expected = getattr(torch.nn, name)(*args, **kwargs)(torch.from_numpy(x)).numpy()
+    if layout:
+        module = cls(*args, **kwargs)  # channels-last by default
+        got = _to_torch_layout(_apply(api, module, jnp.asarray(_to_layout(x, True))), True)
+    else:
+        got = np.asarray(_apply(api, cls(*args, **kwargs), jnp.asarray(x)))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def _apply(api, module, x):
+    return module.apply({}, x) if api == "linen" else module(x)
+
+
 # tests/test_docs.py runs each of these examples in the default run (with
 # NORMALIZE_WHITESPACE); this repeats them as written, whitespace and all.
 @pytest.mark.slow
