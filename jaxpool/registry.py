@@ -3,10 +3,10 @@
 A :class:`Spec` says what a public function is: its array arguments (and which of them are
 differentiable), how its arguments are checked and planned (``prepare``), how it runs on a
 spatially sharded input (``halo``), its torch twin and ATen names, the entries of torch's
-OpInfo catalog that sample it, and the ``torch.nn`` modules that wrap it. The shape rules
-(:mod:`jaxpool.shapes`), the modules (:mod:`jaxpool._modules`), ``jaxpool.torchax``'s
-table, parity's suite and the tests' op tables read :data:`SPECS`, or are checked against
-it by a test.
+OpInfo catalog that sample it, and the ``torch.nn`` modules that wrap it.
+``jaxpool.torchax``'s table, parity's suite (whose argument sets live in
+``parity/suite/cases/``) and the tests' op tables read :data:`SPECS`; the shape rules (:mod:`jaxpool.shapes`) and the modules
+(:mod:`jaxpool._modules`) are checked against it by a test.
 
 Each public function is written as::
 
@@ -78,11 +78,6 @@ class Spec:
     aten: tuple[str, ...] = ()  # ATen ops jaxpool.torchax lowers to this op
     opinfo: tuple[str, ...] = ()  # entries of torch's OpInfo catalog (op_db) that sample it
     modules: tuple[str, ...] = ()  # the torch.nn modules, and jaxpool.linen/nnx's classes
-    # argument sets for parity's suite where it has none written: ((shape of each array),
-    # keyword arguments), channels-first; and bad calls: (label, (shapes), keyword arguments)
-    samples: tuple[tuple[tuple[tuple[int, ...], ...], dict[str, Any]], ...] = ()
-    errors: tuple[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any]], ...] = ()
-
     @property
     def rank(self) -> int:
         """``ndim``, of an op whose name fixes it."""

@@ -50,23 +50,15 @@ def test_the_function_takes_its_arrays_first_then_the_options_by_name(name):
 @pytest.mark.parametrize("name", list(SPECS))
 def test_every_op_has_a_shape_rule_with_its_arguments(name):
     spec = SPECS[name]
-    rule = getattr(jaxpool.shapes, name)
+    rule = vars(jaxpool.shapes)[name]  # written out, not derived
     function = registry.FUNCTIONS[name]
-    if not hasattr(jaxpool.shapes, "__dict__") or name not in vars(jaxpool.shapes):
-        return  # read from the spec: its function's arguments by construction
-    # (return_indices changes no shape)
+    # (return_indices, a fractional pool's samples and key change no shape; the samples'
+    # shape is the rule's samples_shape)
     expected = [p for p in inspect.signature(function).parameters
-                if p not in spec.arrays and p not in ("axis_names", "return_indices")]
+                if p not in spec.arrays
+                and p not in ("axis_names", "return_indices", "samples", "key")]
     got = [p for p in inspect.signature(rule).parameters if not p.endswith("_shape")]
     assert got == expected
-
-
-def test_a_shape_rule_read_from_a_spec_is_the_written_one():
-    derived = jaxpool.shapes._from_spec("max_pool2d")
-    assert derived((8, 64, 112, 112), 3, 2, 1) == jaxpool.shapes.max_pool2d(
-        (8, 64, 112, 112), 3, 2, 1)
-    with pytest.raises(ValueError, match="kernel_size"):
-        derived((8, 64, 5, 5), 0)
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -132,52 +132,12 @@ def _doc(d: int) -> str:
                                                  "jnp.arange(125.0).reshape(1, 1, 5, 5, 5)")
 
 
-# Argument sets for parity's suite (which draws the samples once per case and gives them to
-# both sides; every set pools some axis to 3 windows or more, where the samples move them)
-# and calls on which torch and jaxpool both raise (registry.Spec).
-_HALFWAY = {2: np.full((1, 2, 2), 0.5), 3: np.full((1, 2, 3), 0.5)}  # samples of 0.5
-_SAMPLES_2D = (
-    (((2, 3, 7, 9),), dict(kernel_size=(3, 2), output_size=(4, 5), return_indices=True)),
-    (((3, 8, 6),), dict(kernel_size=2, output_ratio=(0.5, 0.7), return_indices=True)),
-    (((1, 2, 7, 6),), dict(kernel_size=2, output_size=(4, 3))),  # values only
-)
-_SAMPLES_3D = (
-    (((1, 2, 5, 6, 7),), dict(kernel_size=2, output_size=(3, 4, 5), return_indices=True)),
-    (((2, 6, 5, 8),), dict(kernel_size=(1, 2, 3), output_ratio=(0.5, 0.7, 0.5),
-                           return_indices=True)),
-)
-_ERRORS_2D = (
-    ("pool taller than the input", ((1, 2, 5, 5),),
-     dict(kernel_size=2, output_size=(5, 3), samples=_HALFWAY[2])),
-    ("neither output_size nor output_ratio", ((1, 2, 5, 5),),
-     dict(kernel_size=2, samples=_HALFWAY[2])),
-    ("samples of other channels", ((1, 3, 5, 5),),
-     dict(kernel_size=2, output_size=3, samples=_HALFWAY[2])),
-    ("samples of 3 per plane", ((1, 2, 5, 5),),
-     dict(kernel_size=2, output_size=3, samples=_HALFWAY[3])),
-    ("rank 2", ((5, 5),), dict(kernel_size=2, output_size=3, samples=_HALFWAY[2])),
-    ("kernel_size of 3", ((1, 2, 5, 5),),
-     dict(kernel_size=(2, 2, 2), output_size=3, samples=_HALFWAY[2])),
-    ("negative output_size", ((1, 2, 5, 5),),
-     dict(kernel_size=2, output_size=-1, samples=_HALFWAY[2])),
-)
-_ERRORS_3D = (
-    ("pool exactly fitting (torch's strict 3-D check)", ((1, 2, 5, 5, 5),),
-     dict(kernel_size=2, output_size=4, samples=_HALFWAY[3])),
-    ("samples of 2 per plane", ((1, 2, 5, 5, 5),),
-     dict(kernel_size=2, output_size=3, samples=_HALFWAY[2])),
-    ("output_size of 2", ((1, 2, 5, 5, 5),),
-     dict(kernel_size=2, output_size=(3, 3), samples=_HALFWAY[3])),
-    ("rank 3", ((5, 5, 5),), dict(kernel_size=2, output_size=3, samples=_HALFWAY[3])),
-)
-
-
 @registry.op(Spec("fractional_max_pool2d", "fractional_max_pool", _prepare, ndim=2,
                   arrays=("input",), differentiable=("input",),
                   torch="torch.nn.functional.fractional_max_pool2d",
                   aten=("fractional_max_pool2d",),
                   opinfo=("nn.functional.fractional_max_pool2d",),
-                  modules=("FractionalMaxPool2d",), samples=_SAMPLES_2D, errors=_ERRORS_2D))
+                  modules=("FractionalMaxPool2d",)))
 def fractional_max_pool2d(input: ArrayLike, kernel_size: Size, output_size: Size | None = None,
                           output_ratio: Ratio | None = None, return_indices: bool = False,
                           samples: ArrayLike | None = None, *, key: ArrayLike | None = None,
@@ -191,7 +151,7 @@ def fractional_max_pool2d(input: ArrayLike, kernel_size: Size, output_size: Size
                   torch="torch.nn.functional.fractional_max_pool3d",
                   aten=("fractional_max_pool3d",),
                   opinfo=("nn.functional.fractional_max_pool3d",),
-                  modules=("FractionalMaxPool3d",), samples=_SAMPLES_3D, errors=_ERRORS_3D))
+                  modules=("FractionalMaxPool3d",)))
 def fractional_max_pool3d(input: ArrayLike, kernel_size: Size, output_size: Size | None = None,
                           output_ratio: Ratio | None = None, return_indices: bool = False,
                           samples: ArrayLike | None = None, *, key: ArrayLike | None = None,

@@ -35,28 +35,7 @@ def _prepare_grid_sample(spec: Spec, x: Any, grid: Any, *, mode: str, padding_mo
 @registry.op(Spec("grid_sample", "grid_sample", _prepare_grid_sample, arrays=("input", "grid"),
                   differentiable=("input", "grid"), torch="torch.nn.functional.grid_sample",
                   aten=("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"),
-                  opinfo=("nn.functional.grid_sample",),
-                  samples=(
-                      (((2, 3, 5, 6), (2, 4, 3, 2)), dict(mode="bilinear", align_corners=False)),
-                      (((1, 2, 4, 5), (1, 3, 4, 2)), dict(mode="bicubic",
-                                                          padding_mode="reflection",
-                                                          align_corners=True)),
-                      (((1, 2, 3, 4, 5), (1, 2, 3, 2, 3)), dict(padding_mode="border",
-                                                                align_corners=False)),
-                      (((2, 3, 5, 6), (2, 4, 3, 2)), dict(mode="nearest",
-                                                          padding_mode="reflection",
-                                                          align_corners=False))),
-                  errors=(
-                      ("bicubic on 5-D input", ((1, 2, 3, 4, 5), (1, 2, 3, 2, 3)),
-                       dict(mode="bicubic", align_corners=False)),
-                      ("grid's last axis 3 on 4-D input", ((1, 2, 4, 5), (1, 3, 4, 3)),
-                       dict(align_corners=False)),
-                      ("batch mismatch", ((2, 2, 4, 5), (1, 3, 4, 2)),
-                       dict(align_corners=False)),
-                      ("unknown mode", ((1, 2, 4, 5), (1, 3, 4, 2)),
-                       dict(mode="linear", align_corners=False)),
-                      ("unknown padding_mode", ((1, 2, 4, 5), (1, 3, 4, 2)),
-                       dict(padding_mode="wrap", align_corners=False)))))
+                  opinfo=("nn.functional.grid_sample",)))
 def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
                 padding_mode: str = "zeros", align_corners: bool | None = None, *,
                 channels_last: bool = False) -> jax.Array:
@@ -108,13 +87,7 @@ def _prepare_affine_grid(spec: Spec, theta: Any, *, size: tuple[int, ...],
 
 @registry.op(Spec("affine_grid", "affine_grid", _prepare_affine_grid, arrays=("theta",),
                   differentiable=("theta",), torch="torch.nn.functional.affine_grid",
-                  aten=("affine_grid_generator",),
-                  samples=((((2, 2, 3),), dict(size=(2, 3, 4, 5), align_corners=False)),
-                           (((1, 3, 4),), dict(size=(1, 2, 3, 4, 5), align_corners=True))),
-                  errors=(("theta for 3-D with a 4-D size", ((2, 3, 4),),
-                           dict(size=(2, 3, 4, 5), align_corners=False)),
-                          ("size of 3 entries", ((2, 2, 3),),
-                           dict(size=(2, 3, 4), align_corners=False)))))
+                  aten=("affine_grid_generator",)))
 def affine_grid(theta: ArrayLike, size: tuple[int, ...], align_corners: bool | None = None
                 ) -> jax.Array:
     """The grid of an affine map, as ``torch.nn.functional.affine_grid``: for

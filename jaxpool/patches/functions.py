@@ -42,13 +42,7 @@ def _prepare_fold(spec: Spec, x: Any, *, output_size: Size, kernel_size: Size, d
 
 @registry.op(Spec("unfold", "unfold", _prepare_unfold, arrays=("input",),
                   differentiable=("input",), torch="torch.nn.functional.unfold",
-                  aten=("im2col",), opinfo=("nn.functional.unfold",), modules=("Unfold",),
-                  samples=((((2, 3, 7, 9),), dict(kernel_size=(3, 2), dilation=(1, 2),
-                                                  padding=1, stride=(2, 1))),
-                           (((3, 5, 6),), dict(kernel_size=2))),
-                  errors=(("kernel_size 0", ((2, 3, 5, 6),), dict(kernel_size=0)),
-                          ("rank 5", ((1, 2, 3, 5, 6),), dict(kernel_size=2)),
-                          ("kernel larger than input", ((1, 2, 3, 3),), dict(kernel_size=4)))))
+                  aten=("im2col",), opinfo=("nn.functional.unfold",), modules=("Unfold",)))
 def unfold(input: ArrayLike, kernel_size: Size, dilation: Size = 1, padding: Size = 0,
            stride: Size = 1) -> jax.Array:
     """Sliding blocks of an image as columns, as ``torch.nn.functional.unfold`` (im2col).
@@ -75,14 +69,7 @@ def unfold(input: ArrayLike, kernel_size: Size, dilation: Size = 1, padding: Siz
 
 @registry.op(Spec("fold", "unfold", _prepare_fold, arrays=("input",),
                   differentiable=("input",), torch="torch.nn.functional.fold",
-                  aten=("col2im",), modules=("Fold",),
-                  samples=((((2, 12, 20),), dict(output_size=(5, 6), kernel_size=2)),
-                           (((1, 18, 16),), dict(output_size=(7, 8), kernel_size=3, padding=1,
-                                                 stride=2))),
-                  errors=(("blocks that do not match output_size", ((1, 12, 19),),
-                           dict(output_size=(5, 6), kernel_size=2)),
-                          ("channels not divisible by the kernel", ((1, 10, 20),),
-                           dict(output_size=(5, 6), kernel_size=2)))))
+                  aten=("col2im",), modules=("Fold",)))
 def fold(input: ArrayLike, output_size: Size, kernel_size: Size, dilation: Size = 1,
          padding: Size = 0, stride: Size = 1) -> jax.Array:
     """Columns summed back into an image, as ``torch.nn.functional.fold`` (col2im): the
