@@ -426,6 +426,7 @@ def _errors():
         ("spatial_scale", (x, b), dict(spatial_scale="1"), TypeError, "spatial_scale"),
         ("empty map", (np.zeros((2, 3, 0, 4)), b), {}, ValueError, "non-empty"),
         ("batch index", (x, np.array([[2.0, 0, 0, 1, 1]])), {}, ValueError, "batch index"),
+        ("no images", (np.zeros((0, 3, 4, 4)), b), {}, ValueError, "which has none"),
         ("torch tensor", (torch.zeros(2, 3, 4, 4), b), {}, TypeError, "torch tensor"),
     ]
 

@@ -144,6 +144,9 @@ def plan_roi_align(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
         raise ValueError(f"roi_align: input must have non-empty spatial dimensions, got "
                          f"shape {input_shape}")
     rois = boxes_shape[0]
+    if batch == 0 and rois:
+        raise ValueError(f"roi_align: boxes name images of input, which has none (shape "
+                         f"{input_shape}), but boxes holds {rois} boxes")
     compute = dtypes.compute_dtype(input_dtype)
     if boxes is not None and rois:
         index = np.trunc(np.asarray(boxes)[:, 0].astype(np.float64))
