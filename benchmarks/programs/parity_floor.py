@@ -51,11 +51,11 @@ def _share(part: float, whole: float) -> str:
 
 def run(every: int, ops: set[str] | None) -> list[str]:
     from parity import compare
-    from parity.suite import cases as grid
+    from parity.suite import cases as suite_cases
 
-    cases = [c for c in grid.quick_cases() if not isinstance(c, grid.ErrorCase)
+    cases = [c for c in suite_cases.quick_cases() if not isinstance(c, suite_cases.ErrorCase)
              and (ops is None or c.op in ops)][::every]
-    grid.run_case(cases[0])  # imports and first-call set-up, not counted
+    suite_cases.run_case(cases[0])  # imports and first-call set-up, not counted
     totals = collections.defaultdict(lambda: np.zeros(4))  # wall, cpu: case, floor
     failed = []
     for case in cases:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.programs.parity_floor",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--every", type=int, default=1, metavar="N",
-                        help="run every N-th case of the default grid (default: all)")
+                        help="run every N-th case of the default run (default: all)")
     parser.add_argument("--op", default=None,
                         help="comma-separated ops to run (default: every op)")
     args = parser.parse_args(argv)

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true",
-                      help="the default grid: each op's argument sets once each, in every "
+                      help="the default run: each op's argument sets once each, in every "
                            "dtype and both layouts taken in turn, derivatives to order 3 in "
                            "float64 and float32 and to order 2 in float16 and bfloat16 "
                            "(about 90 s of CPU from nothing stored, shared by one process "
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=("first", "last"), help="only this layout")
     p.add_argument("--orders", type=int, default=None, metavar="N",
                    help="highest derivative order of every case with derivatives (default: "
-                        "3, and 2 for float16 and bfloat16 in the default grid)")
+                        "3, and 2 for float16 and bfloat16 in the default run)")
     p.add_argument("--detail", action="store_true",
                    help="print a row per case (default: a row per op)")
     p.add_argument("--json", type=pathlib.Path, metavar="PATH",
@@ -108,7 +108,7 @@ def select_cases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
         if args.layout:
             cases = [c for c in cases if c.layout in (args.layout, "-")]
     else:
-        # The default grid takes the layouts in turn: one layout gets every argument set.
+        # The default run takes the layouts in turn: one layout gets every argument set.
         cases = suite.quick_cases(ops, dtypes, [args.layout] if args.layout else None)
     skipped = suite.unchecked(ops)
     cases = [c for c in cases if c.op not in skipped]

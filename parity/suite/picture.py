@@ -85,9 +85,9 @@ def write_picture(doc: Mapping[str, Any], path: str | pathlib.Path) -> None:
     ops, orders, worst = error_ratios(doc)
     if not ops:
         raise ValueError("no check with an error to draw (only bad-argument calls?)")
-    grid = np.full((len(ops), len(orders)), np.nan)
+    errors = np.full((len(ops), len(orders)), np.nan)
     for (op, order), (ratio, _) in worst.items():
-        grid[ops.index(op), orders.index(order)] = min(max(ratio, LOW), HIGH)
+        errors[ops.index(op), orders.index(order)] = min(max(ratio, LOW), HIGH)
     fig = Figure(figsize=(1.2 + 0.75 * len(orders) + 1.6, 0.9 + 0.24 * len(ops)))
     ax = fig.subplots()
     # Greens below the tolerance, fading to pale yellow at it; reds above it: the colour
@@ -97,7 +97,7 @@ def write_picture(doc: Mapping[str, Any], path: str | pathlib.Path) -> None:
         (0.0, "#004529"), (at_one / 2, "#41ab5d"), (at_one, "#ffffcc"),
         (min(at_one + 1e-3, 1.0), "#fd8d3c"), (1.0, "#800026")]).with_extremes(bad="#f2f2f2")
     norm = LogNorm(LOW, HIGH)
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+    image = ax.imshow(np.ma.masked_invalid(errors), cmap=cmap, norm=norm, aspect="auto")
     for (op, order), (ratio, ok) in worst.items():
         dark = not LOW * 30 < ratio < HIGH / 10  # white on the darkest greens and reds
         ax.text(orders.index(order), ops.index(op), _cell_text(ratio), ha="center", va="center",

@@ -139,7 +139,7 @@ def render_summary(results: Sequence[CaseResult], console: Console | None = None
                    seconds: float | None = None, failures: bool = True,
                    unchecked: Mapping[str, str] | None = None) -> None:
     """Print one row per op (its cases, checks, worst error per order, bad-argument calls
-    and result; one screen for the default grid) and per op not checked, why each was
+    and result; one screen for the default run) and per op not checked, why each was
     not, the failing checks in detail, and the summary line."""
     console = console or Console()
     orders = _orders(results)

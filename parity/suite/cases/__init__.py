@@ -5,7 +5,7 @@ Each op family's cases are written in its own file, in the words of
 ``pooling``, ``unpooling``, ``padding``, ``resampling``, ``grid_sampling``, ``patches``,
 ``fractional``, ``roi``. This module gathers them and makes the cases: a ``Case`` is one op
 with one argument set on one input (shape, dtype, layout), an ``ErrorCase`` the calls on
-which torch and jaxpool must both raise; the default grid is ``quick_cases()``, the long
+which torch and jaxpool must both raise; the default run is ``quick_cases()``, the long
 sweep ``full_cases()``, and ``run_case`` turns a case into a ``CaseResult``. ``unchecked``
 says which ops cannot be checked here, and why.
 """
@@ -264,7 +264,7 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
     return CaseResult(case, report, time.perf_counter() - t0, time.process_time() - cpu0)
 
 
-# --------------------------------------------------------------------------- the grids
+# --------------------------------------------------------------------------- the runs
 
 def _kw(d: dict) -> tuple:
     return tuple(d.items())
@@ -272,10 +272,10 @@ def _kw(d: dict) -> tuple:
 
 LAYOUTS = ("first", "last")
 
-# The default grid's derivative order per dtype where it is not 3. In float16 and bfloat16
+# The default run's derivative order per dtype where it is not 3. In float16 and bfloat16
 # a third derivative is checked to about 0.5% and 4% of its scale (against 1e-12 and 2e-5
 # in float64 and float32), and its program costs half as much again to trace and compile
-# as the one to order 2 (the default grid's 51 half-precision programs: 39 s of CPU to
+# as the one to order 2 (the default run's 51 half-precision programs: 39 s of CPU to
 # order 3, 27 s to order 2); every op still has its third derivatives checked in float64
 # and float32, in both layouts. (--full and --orders 3 check every dtype to order 3.)
 DEFAULT_ORDERS = {"float16": 2, "bfloat16": 2}
@@ -304,7 +304,7 @@ def _layouts(op: str, layouts: list[str]) -> list[str]:
 
 
 def _default_variants(op: str) -> list:
-    """The argument sets the default grid runs for ``op``, each once (see ``quick_cases``)."""
+    """The argument sets the default run runs for ``op``, each once (see ``quick_cases``)."""
     chosen = DEFAULT.get(op)
     return list(chosen) if chosen is not None else _main(op) + _extra(op)
 
@@ -316,7 +316,7 @@ def _family_index(op: str) -> int:
 
 def quick_cases(ops: Iterable[str] | None = None, dtypes: Iterable[str] | None = None,
                 layouts: Iterable[str] | None = None) -> list:
-    """The default grid: each op's argument sets (its family's ``DEFAULT``, else ``MAIN``
+    """The default run: each op's argument sets (its family's ``DEFAULT``, else ``MAIN``
     and ``EXTRA``), each run once, with derivatives to order 3 in float64 and float32 and
     to order 2 in float16 and bfloat16 (``DEFAULT_ORDERS``).
 

@@ -5,9 +5,9 @@ Each family file (``pooling.py``, ``roi.py``, ...) holds, by op name, any of the
 ``MAIN``, ``EXTRA``: argument sets ``(shape, kwargs)`` or ``(shape, kwargs, shapes)``:
   ``shape`` the first array's, channels-first; ``kwargs`` every other argument by name;
   ``shapes`` those of the arrays after the first (grid_sample's grid, roi_align's boxes).
-  The main sets run in every dtype and layout in ``--full``; the default grid runs every
+  The main sets run in every dtype and layout in ``--full``; the default run takes every
   set once (:func:`parity.suite.cases.quick_cases`).
-``DEFAULT``: the default grid's sets, where they are not ``MAIN`` then ``EXTRA`` (see
+``DEFAULT``: the default run's sets, where they are not ``MAIN`` then ``EXTRA`` (see
   :func:`pick`).
 ``FULL``: more sets, for ``--full`` only.
 ``VALUES_ONLY``: ``(shape, kwargs, special, channels_last)``, checked without derivatives
@@ -44,7 +44,7 @@ def ties(shape: Shape, kwargs: dict[str, Any]) -> list:
 
 def pick(sets: Sets, *drop: int, again: int | None = None,
          instead: dict[int, tuple] | None = None) -> Sets:
-    """The default grid's sets out of an op's ``sets`` (``MAIN`` then ``EXTRA``): those at
+    """The default run's sets out of an op's ``sets`` (``MAIN`` then ``EXTRA``): those at
     the indices ``drop`` left out, ``instead[i]`` in place of set ``i``, and the set at
     ``again`` (an index into what is left) once more at the end."""
     instead = instead or {}

@@ -26,7 +26,7 @@ VALUES_ONLY: dict[str, list] = {
     "pad": [((1, 2, 5, 6), dict(pad=(2, 1, 1, 3), mode="reflect"), "nonfinite", False)],
 }
 
-# The default grid leaves out reflect on one axis and replicate on three (reflect runs on
+# The default run leaves out reflect on one axis and replicate on three (reflect runs on
 # two axes, replicate on two, three axes with circular); --full runs them.
 DEFAULT: dict[str, Sets] = {"pad": pick(MAIN["pad"] + EXTRA["pad"], 1, 5)}
 

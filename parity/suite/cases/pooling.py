@@ -151,7 +151,7 @@ VALUES_ONLY: dict[str, list] = {
     "lp_pool2d": [((1, 2, 6, 7), dict(norm_type=2, kernel_size=2), "nonfinite", False)],
 }
 
-# Stand-ins in the default grid for the two sets whose programs cost the most: the same
+# Stand-ins in the default run for the two sets whose programs cost the most: the same
 # kinds of argument, and jaxpool runs the same lines in either layout as for the originals
 # (which strategy and derivative rule each axis takes), with fewer taps or windows.
 # max_pool3d's main set: 27 taps, 4.5 s of CPU to trace and compile; this one 12 taps
@@ -173,7 +173,7 @@ def _default(op: str, *drop: int, again: int | None = None) -> Sets:
                 instead={i: s for (o, i), s in CHEAPER.items() if o == op})
 
 
-# Where an op is not named here, the default grid runs its MAIN and EXTRA sets, each once;
+# Where an op is not named here, the default run runs its MAIN and EXTRA sets, each once;
 # between them they hold every kind of behaviour the op has, each in one dtype and layout,
 # and an op with fewer sets than dtypes runs them again from the first. Named here: an op
 # with three sets gives its fourth dtype (bfloat16) its cheapest set again, not its main

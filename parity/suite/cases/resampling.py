@@ -48,7 +48,7 @@ VALUES_ONLY: dict[str, list] = {
                     ((1, 2, 5, 6), dict(scale_factor=1.7, mode="nearest"), "nonfinite", True)],
 }
 
-# The default grid leaves out nearest on one axis (nearest runs on two axes and on three
+# The default run leaves out nearest on one axis (nearest runs on two axes and on three
 # at mixed scales) and bicubic with align_corners (align_corners runs with linear and
 # bilinear, bicubic with half-pixel centers and with antialias); --full runs them.
 DEFAULT: dict[str, Sets] = {
