@@ -69,7 +69,7 @@ def _boxes(case, rng: np.random.Generator) -> dict[str, object]:
     n, _, height, width = case.shape
     kw = dict(case.kwargs)
     scale = kw.get("spatial_scale", 1.0)
-    kinds = _KINDS
+    kinds: tuple[str, ...] = _KINDS
     if kw.get("aligned", False) and kw.get("sampling_ratio", -1) <= 0:
         kinds = tuple(k for k in _KINDS if k != "inverted")
     listed = case.shapes[0][1] == 4
