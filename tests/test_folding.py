@@ -1,9 +1,14 @@
-"""unfold and fold (im2col, col2im) against torch: values bit for bit (unfold copies; fold adds
-in torch's order), derivatives of both modes and second order, transforms, non-finite
-values and signed zeros, half precision, errors, torch's own samples, no scatter or gather
-in any derivative, and VOLO's outlook attention."""
+"""unfold and fold (im2col, col2im) against torch: each strategy chosen where it is meant
+(``blocks``: windows that do not overlap, a reshape and a transpose; ``phases``: overlapping
+windows, one pass per pair of tap groups), values bit for bit in float64 and float32 (unfold
+copies; fold adds in torch's order), derivatives of both modes to the third order,
+transforms, non-finite values and signed zeros, half precision, errors, torch's own samples,
+no scatter or gather in any derivative (under the GPU table too), programs that do not grow
+with the taps, and VOLO's outlook attention."""
 
+import collections
 import math
+import re
 import zlib
 
 import jax
@@ -15,7 +20,8 @@ import torch.nn.functional as F
 
 import jaxpool
 from default_share import default_share, option_values
-from jaxpool.patches.plan import plan_unfold
+from jaxpool import strategy_table
+from jaxpool.patches.plan import STRATEGIES, plan_fold, plan_unfold
 from jaxpool.patches.functions import fold, unfold
 from opinfo_catalog import catalog, drawn_samples
 from test_derivatives import _derivative_programs, _lowered_ops
@@ -73,13 +79,22 @@ def test_the_default_sweep_holds_every_option_on_both_axes():
         assert held == every
 
 
+def test_the_default_sweep_takes_every_strategy():
+    chosen = {plan_unfold((2, 3, rows[0], cols[0]), np.dtype(np.float64),
+                          **_sweep_kwargs(rows, cols)).strategy
+              for rows, cols in SWEEP[::SWEEP_EVERY]}
+    assert chosen == set(STRATEGIES)
+
+
 @pytest.mark.parametrize("rows,cols", default_share(SWEEP, SWEEP_EVERY))
 def test_every_small_extent_matches_torch_bit_for_bit(rows, cols):
     """Values of both ops and their VJPs (unfold's is a fold, added in torch's order) in
-    float64, batched and unbatched; the JVPs are the ops themselves."""
+    float64, batched and unbatched; the JVPs are the ops themselves; float32 values and
+    VJPs too, where a changed order of additions would show."""
     kwargs = _sweep_kwargs(rows, cols)
     rng = _rng(rows, cols)
     x = rng.standard_normal((2, 3, rows[0], cols[0]))
+    _float32_matches_torch(x, (rows[0], cols[0]), kwargs, rng)
     expected = _torch_unfold(x, **kwargs)
     assert_same_bits(unfold(x, **kwargs), expected)
     assert_same_bits(unfold(x[1], **kwargs), _torch_unfold(x[1], **kwargs))
@@ -108,6 +123,83 @@ def test_every_small_extent_matches_torch_bit_for_bit(rows, cols):
     assert_same_bits(fold_jvp, _torch_fold(c[::-1], size, **kwargs))
 
 
+def _float32_matches_torch(x, size, kwargs, rng):
+    """unfold, fold and both VJPs in float32, bit for bit torch's."""
+    x = x.astype(np.float32)
+    expected = _torch_unfold(x, **kwargs)
+    c = rng.standard_normal(expected.shape).astype(np.float32)
+    assert_same_bits(unfold(x, **kwargs), expected)
+    assert_same_bits(fold(c, size, **kwargs), _torch_fold(c, size, **kwargs))
+    xt = torch.from_numpy(x).requires_grad_(True)
+    F.unfold(xt, **kwargs).backward(torch.from_numpy(c))
+    ct = torch.from_numpy(c).requires_grad_(True)
+    F.fold(ct, size, **kwargs).backward(torch.from_numpy(x))
+    assert_same_bits(jax.vjp(lambda a: unfold(a, **kwargs), x)[1](jnp.asarray(c))[0],
+                     xt.grad.numpy())
+    assert_same_bits(jax.vjp(lambda a: fold(a, size, **kwargs), c)[1](jnp.asarray(x))[0],
+                     ct.grad.numpy())
+
+
+# --- the strategies -----------------------------------------------------------------------
+
+# name -> (image shape, kwargs, strategy, tap groups per axis). The cells' own arguments
+# (benchmarks/cells/patches.py) on small images, and the edges of each strategy.
+STRATEGY_CASES = {
+    "patchify 16": ((2, 3, 32, 48), dict(kernel_size=16, stride=16), "blocks", (1, 1)),
+    "tnt 4/4": ((2, 3, 12, 8), dict(kernel_size=4, stride=4), "blocks", (1, 1)),
+    # padded before, cropped after (height) or padded after (width)
+    "blocks padded and cropped": ((2, 2, 11, 9), dict(kernel_size=(4, 3), stride=(4, 3),
+                                                      padding=2), "blocks", (1, 1)),
+    "blocks with gaps": ((2, 2, 6, 5), dict(kernel_size=2, stride=3, padding=1), "blocks",
+                         (1, 1)),
+    "dilated blocks": ((1, 2, 11, 7), dict(kernel_size=2, dilation=(2, 3), stride=(5, 4)),
+                       "blocks", (1, 1)),
+    "t2t 7/4/2": ((1, 2, 22, 19), dict(kernel_size=7, stride=4, padding=2), "phases", (2, 2)),
+    "volo 3/2/1": ((2, 3, 9, 8), dict(kernel_size=3, stride=2, padding=1), "phases", (2, 2)),
+    "stride 1": ((2, 3, 5, 6), dict(kernel_size=3, padding=1), "phases", (3, 3)),
+    "dilated phases": ((1, 2, 9, 8), dict(kernel_size=3, dilation=2, stride=3, padding=1),
+                       "phases", (2, 2)),
+    "blocks by phases": ((2, 2, 8, 7), dict(kernel_size=(4, 3), stride=(4, 1)), "phases",
+                         (1, 3)),
+}
+
+
+def test_the_default_shares_take_every_strategy():
+    for cases in (STRATEGY_CASES, DERIVATIVE_CASES):
+        chosen = {plan_unfold(cases[name][0], np.dtype(np.float64), **cases[name][1]).strategy
+                  for name in list(cases)[::2]}
+        assert chosen == set(STRATEGIES), list(cases)[::2]
+
+
+@pytest.mark.parametrize("name", list(STRATEGY_CASES))
+def test_each_strategy_is_chosen_where_it_is_meant(name):
+    shape, kwargs, strategy, groups = STRATEGY_CASES[name]
+    plan = plan_unfold(shape, np.dtype(np.float32), **kwargs)
+    assert plan.strategy == strategy
+    assert tuple(len(axis.groups) for axis in plan.phases) == groups
+    assert plan_fold(plan.columns_shape, np.dtype(np.float32), shape[-2:], **kwargs) == plan
+    for axis, k, d, s in zip(plan.phases, plan.kernel, plan.dilation, plan.stride):
+        # at most ceil(((k - 1)*d + 1) / s) passes, never more than the taps
+        assert len(axis.groups) <= min(k, -(-((k - 1) * d + 1) // s))
+        assert sum(g.count for g in axis.groups) == k
+
+
+# Every other case by default: each strategy, padded, cropped, dilated.
+@pytest.mark.parametrize("name", default_share(list(STRATEGY_CASES), 2))
+def test_each_strategy_matches_torch_bit_for_bit(name):
+    """float64 and float32, batched and unbatched: unfold's copies, fold's sums in torch's
+    order (in float32 a changed order would show), and both VJPs."""
+    shape, kwargs, _, _ = STRATEGY_CASES[name]
+    rng = _rng(name, "bits")
+    x = rng.standard_normal(shape)
+    _float32_matches_torch(x, shape[-2:], kwargs, rng)
+    _float32_matches_torch(x[0], shape[-2:], kwargs, rng)
+    expected = _torch_unfold(x, **kwargs)
+    assert_same_bits(unfold(x, **kwargs), expected)
+    c = rng.standard_normal(expected.shape)
+    assert_same_bits(fold(c, shape[-2:], **kwargs), _torch_fold(c, shape[-2:], **kwargs))
+
+
 # --- derivatives ------------------------------------------------------------------------
 
 DERIVATIVE_CASES = {  # name -> (image shape, kwargs)
@@ -116,6 +208,8 @@ DERIVATIVE_CASES = {  # name -> (image shape, kwargs)
                                            stride=(2, 3))),
     "gaps": ((2, 2, 6, 5), dict(kernel_size=2, stride=3, padding=1)),
     "unbatched": ((3, 4, 5), dict(kernel_size=(3, 2), stride=(1, 2))),
+    **{name: STRATEGY_CASES[name][:2] for name in ("patchify 16", "blocks padded and cropped",
+                                                   "t2t 7/4/2", "volo 3/2/1")},
 }
 
 
@@ -126,72 +220,158 @@ def _ops(shape, kwargs):
             lambda c: fold(c, shape[-2:], **kwargs), columns)
 
 
-def _second_order_torch(op, a, w, v):
-    """torch's double backward: the derivative of <grad L, v> for L = sum(w * tanh(op)^2)."""
+def _third_order_torch(op, a, w, v, u):
+    """torch's derivatives of L = sum(w * tanh(op)^2): the gradient, the derivative of
+    <grad L, v> and that of <its result, u> (double and triple backward)."""
     at = torch.from_numpy(a).requires_grad_(True)
     loss = (torch.from_numpy(w) * torch.tanh(op(at)) ** 2).sum()
     (grad,) = torch.autograd.grad(loss, at, create_graph=True)
-    (second,) = torch.autograd.grad((grad * torch.from_numpy(v)).sum(), at)
-    return grad.detach().numpy(), second.numpy()
+    (second,) = torch.autograd.grad((grad * torch.from_numpy(v)).sum(), at, create_graph=True)
+    (third,) = torch.autograd.grad((second * torch.from_numpy(u)).sum(), at)
+    return grad.detach().numpy(), second.detach().numpy(), third.numpy()
 
 
-@pytest.mark.parametrize("name", list(DERIVATIVE_CASES))
-@pytest.mark.parametrize("which", ["unfold", "fold"])
-def test_derivatives_match_torch_to_second_order(name, which):
+def _derivative_case(name, which):
+    """(op, its torch twin, input shape, output shape) of unfold or fold on a case."""
     shape, kwargs = DERIVATIVE_CASES[name]
     unfold_op, fold_op, columns = _ops(shape, kwargs)
-    rng = _rng(name, which)
     if which == "unfold":
-        op, in_shape, out_shape = unfold_op, shape, columns
-        torch_op = lambda t: F.unfold(t, **kwargs)  # noqa: E731
-    else:
-        op, in_shape, out_shape = fold_op, columns, shape
-        torch_op = lambda t: F.fold(t, shape[-2:], **kwargs)  # noqa: E731
-    a, v = rng.standard_normal(in_shape), rng.standard_normal(in_shape)
+        return unfold_op, lambda t: F.unfold(t, **kwargs), shape, columns
+    return fold_op, lambda t: F.fold(t, shape[-2:], **kwargs), columns, shape
+
+
+# Every other case by default (overlapping, gaps, patchify, T2T): both strategies.
+@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 2))
+@pytest.mark.parametrize("which", ["unfold", "fold"])
+def test_derivatives_match_torch_to_third_order(name, which):
+    op, torch_op, in_shape, out_shape = _derivative_case(name, which)
+    rng = _rng(name, which)
+    a, v, u = (rng.standard_normal(in_shape) for _ in range(3))
     w = rng.standard_normal(out_shape)
     loss = lambda p: jnp.sum(w * jnp.tanh(op(p)) ** 2)  # noqa: E731
-    grad, second = _second_order_torch(torch_op, a, w, v)
+    grad, second, third = _third_order_torch(torch_op, a, w, v, u)
 
     @jax.jit
-    def derivatives(a, v):
-        reverse_over_reverse = jax.grad(lambda p: jnp.sum(jax.grad(loss)(p) * v))(a)
+    def derivatives(a, v, u):
+        along_v = lambda p: jnp.sum(jax.grad(loss)(p) * v)  # noqa: E731
+        reverse_over_reverse = jax.grad(along_v)(a)
         forward_over_reverse = jax.jvp(jax.grad(loss), (a,), (v,))[1]
+        third_reverse = jax.grad(lambda p: jnp.sum(jax.grad(along_v)(p) * u))(a)
+        third_forward = jax.jvp(jax.grad(along_v), (a,), (u,))[1]
         # the JVP is the transpose of the VJP: reverse mode applied twice
         tangent = jax.jvp(op, (a,), (v,))[1]
         vjp = jax.vjp(op, a)[1]
         vjp_of_vjp = jax.vjp(lambda c: vjp(c)[0], jnp.zeros(out_shape))[1](v)[0]
-        return jax.grad(loss)(a), reverse_over_reverse, forward_over_reverse, tangent, vjp_of_vjp
+        return (jax.grad(loss)(a), reverse_over_reverse, forward_over_reverse, third_reverse,
+                third_forward, tangent, vjp_of_vjp)
 
-    first, reverse_over_reverse, forward_over_reverse, tangent, vjp_of_vjp = derivatives(a, v)
+    first, rr, fr, rrr, frr, tangent, vjp_of_vjp = derivatives(a, v, u)
     np.testing.assert_allclose(first, grad, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(reverse_over_reverse, second, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(forward_over_reverse, second, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rr, second, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fr, second, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rrr, third, rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(frr, third, rtol=1e-10, atol=1e-11)
     assert_same_bits(tangent, vjp_of_vjp)
 
 
-@pytest.mark.parametrize("name", list(DERIVATIVE_CASES))
-@pytest.mark.parametrize("which", ["unfold", "fold"])
-def test_no_scatter_or_gather_at_any_order(name, which):
+def _programs(name, which):
+    """The derivative programs the scatter check lowers, and their input."""
     shape, kwargs = DERIVATIVE_CASES[name]
-    unfold_op, fold_op, columns = _ops(shape, kwargs)
-    op, in_shape = (unfold_op, shape) if which == "unfold" else (fold_op, columns)
+    op, _, in_shape, _ = _derivative_case(name, which)
     rng = _rng(name, which, "lowered")
     a = jnp.asarray(rng.standard_normal(in_shape))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(op, a).shape))
     programs = _derivative_programs(op, a, w)
-    if len(in_shape) == len(shape) - (which == "fold") and len(shape) == 3:
+    if len(shape) == 3:
         del programs["per-example grad"]  # an unbatched input has no examples to map over
-    for program, fn in programs.items():
-        ops = _lowered_ops(jax.jit(fn).lower(a))
-        banned = {o for o in ops if "scatter" in o or o == "gather"}
-        assert not banned, f"{which} {name}: {program} lowers to {banned}"
+    return programs, a
+
+
+# Each case under one backend's table by default, the CPU's and the GPU's in turn (the
+# plans read no table: the GPU's programs are the CPU's); both under -m slow.
+@pytest.mark.parametrize("name,which,backend", [
+    pytest.param(name, which, backend, marks=() if (i + (backend == "gpu")) % 2 else
+                 (pytest.mark.slow,))
+    for i, (name, which) in enumerate((n, w) for n in DERIVATIVE_CASES for w in ("unfold", "fold"))
+    for backend in ("cpu", "gpu")])
+def test_no_scatter_or_gather_at_any_order(name, which, backend):
+    with strategy_table.use_backend(backend):
+        programs, a = _programs(name, which)
+        for program, fn in programs.items():
+            ops = _lowered_ops(jax.jit(fn).lower(a))
+            banned = {o for o in ops if "scatter" in o or o == "gather"}
+            assert not banned, f"{which} {name}: {program} lowers to {banned}"
+
+
+# What the derivatives hold besides the two ops: unfold and fold are each other's
+# transpose, so the pads, slices and joins of every order are theirs, none JAX's.
+STRUCTURAL = {"pad", "slice", "concatenate", "gather", "scatter", "scatter-add",
+              "dynamic_slice", "dynamic_update_slice", "select_n"}
+
+
+def _primitives(jaxpr, found=None) -> set[str]:
+    found = set() if found is None else found
+    for eqn in jaxpr.eqns:
+        found.add(eqn.primitive.name)
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", value)
+            if hasattr(inner, "eqns"):
+                _primitives(inner, found)
+    return found
+
+
+@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 3))
+def test_every_derivative_is_unfold_or_fold(name):
+    for which in ("unfold", "fold"):
+        programs, a = _programs(name, which)
+        for program in ("vjp", "jvp", "grad", "grad2", "grad3", "hvp", "per-example grad"):
+            if program in programs:
+                found = _primitives(jax.make_jaxpr(programs[program])(a).jaxpr)
+                assert {"jaxpool_unfold", "jaxpool_fold"} & found, (which, program)
+                assert not STRUCTURAL & found, (which, program, STRUCTURAL & found)
+
+
+def _op_counts(fn, shape) -> collections.Counter:
+    text = jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float64)).as_text()
+    return collections.Counter(re.findall(r"\bstablehlo\.([a-z_]+)", text))
+
+
+def _third_derivative(op):
+    grad = jax.grad(lambda a: jnp.sum(jnp.tanh(op(a)) ** 2))
+    second = jax.grad(lambda a: jnp.sum(grad(a) ** 2))
+    return jax.grad(lambda a: jnp.sum(second(a) ** 2))
+
+
+@pytest.mark.parametrize("small,large,shape", [
+    # blocks: a 2 x 2 cut and a ViT patchify, tiling the image: no pad or slice at all
+    (dict(kernel_size=2, stride=2), dict(kernel_size=16, stride=16), (2, 3, 64, 64)),
+    # padded and cropped: one pad per op
+    (dict(kernel_size=2, stride=2, padding=1), dict(kernel_size=16, stride=16, padding=3),
+     (2, 3, 62, 63)),
+    # phases: 2 x 2 groups of 4 taps and of 49 (T2T's 7/4/2)
+    (dict(kernel_size=2, stride=1, padding=1), dict(kernel_size=7, stride=4, padding=2),
+     (1, 2, 56, 56)),
+])
+def test_programs_do_not_grow_with_the_taps(small, large, shape):
+    """The third derivative's program, op by op, is the same for 4 taps as for 49 or 256:
+    one pass per pair of tap groups, never one per tap."""
+    counts = [_op_counts(_third_derivative(lambda a, kw=kw: unfold(a, **kw)), shape)
+              for kw in (small, large)]
+    assert counts[0] == counts[1]
+    if "padding" not in small:
+        assert counts[0]["pad"] == counts[0]["slice"] == 0
+    assert counts[0]["pad"] <= 8 * 4  # 8 ops (4 unfolds and 4 folds), 2 x 2 groups each
 
 
 # --- transforms -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", default_share(["overlapping", "strided dilated"], 2))
+@pytest.mark.parametrize("name", default_share(
+    ["patchify 16", "overlapping", "t2t 7/4/2", "blocks padded and cropped", "volo 3/2/1",
+     "strided dilated"], 2))
 def test_jit_and_vmap_give_the_same_bits(name):
-    """float32, where a changed order of additions would show."""
+    """float32, where a changed order of additions would show: the plain call's bits under
+    jit, vmap, grad, jvp, vjp and linearize, and a derivative's bits those of the op (the
+    JVP) or of its transpose (the VJP) called plainly."""
     shape, kwargs = DERIVATIVE_CASES[name]
     unfold_op, fold_op, columns = _ops(shape, kwargs)
     rng = _rng(name, "transforms")
@@ -211,13 +391,23 @@ def test_jit_and_vmap_give_the_same_bits(name):
         assert_same_bits(jax.vmap(jax.grad(loss))(a[:, None], w[:, None])[:, 0], grad)
         assert_same_bits(jax.jvp(op, (a,), (a,))[0], eager)
         assert_same_bits(jax.vjp(op, a)[0], eager)
+        t = rng.standard_normal(a.shape).astype(np.float32)
+        assert_same_bits(jax.jvp(op, (a,), (t,))[1], op(t))
+        value, linear = jax.linearize(op, a)
+        assert_same_bits(value, eager)
+        assert_same_bits(linear(t), op(t))
+        assert_same_bits(jax.jit(linear)(t), op(t))
+        transposed = unfold_op if op is fold_op else fold_op
+        assert_same_bits(jax.vjp(op, a)[1](w)[0], transposed(w))
+        assert_same_bits(jax.jit(lambda a, w: jax.vjp(op, a)[1](w)[0])(a, w), transposed(w))
 
 
 # --- non-finite values, signed zeros, half precision -----------------------------------
 
 NONFINITE_CASES = [dict(kernel_size=3, padding=1), dict(kernel_size=2, stride=1),
                    dict(kernel_size=(3, 1), dilation=2, padding=(2, 0)),
-                   dict(kernel_size=2, stride=2)]
+                   dict(kernel_size=2, stride=2), dict(kernel_size=3, stride=2, padding=1),
+                   dict(kernel_size=(4, 3), stride=(4, 3), padding=(2, 1))]
 
 
 def _with_nonfinite(rng, shape):
@@ -240,15 +430,27 @@ def test_nonfinite_values_and_zero_signs_land_where_torchs_do(kwargs):
     F.unfold(xt, **kwargs).backward(torch.from_numpy(c))
     assert_same_bits(jax.vjp(lambda a: unfold(a, **kwargs), x)[1](jnp.asarray(c))[0],
                      xt.grad.numpy())
+    ct = torch.from_numpy(c).requires_grad_(True)
+    F.fold(ct, (5, 6), **kwargs).backward(torch.from_numpy(x))
+    assert_same_bits(jax.vjp(lambda a: fold(a, (5, 6), **kwargs), c)[1](jnp.asarray(x))[0],
+                     ct.grad.numpy())
+    # the tangents: torch.func.jvp of these linear ops is the op of the tangent
+    assert_same_bits(jax.jvp(lambda a: unfold(a, **kwargs), (np.zeros_like(x),), (x,))[1],
+                     cols)
+    assert_same_bits(jax.jvp(lambda a: fold(a, (5, 6), **kwargs), (np.zeros_like(c),), (c,))[1],
+                     _torch_fold(c, (5, 6), **kwargs))
 
 
 @pytest.mark.parametrize("kernel_size", [1, 2, 3])
-def test_fold_of_negative_zeros_is_positive_zero_as_torchs(kernel_size):
+@pytest.mark.parametrize("strided", [False, True], ids=["stride 1", "blocks"])
+def test_fold_of_negative_zeros_is_positive_zero_as_torchs(kernel_size, strided):
     """torch adds every column onto zeros: 0 + -0 is +0, also where a pixel takes one
-    column only (a 1x1 kernel)."""
-    c = -np.zeros(plan_unfold((1, 2, 4, 4), np.dtype(np.float64), kernel_size).columns_shape)
-    out = fold(c, (4, 4), kernel_size)
-    assert_same_bits(out, _torch_fold(c, (4, 4), kernel_size=kernel_size))
+    column only (a 1x1 kernel, windows that do not overlap)."""
+    stride = kernel_size if strided else 1
+    shape = plan_unfold((1, 2, 4, 4), np.dtype(np.float64), kernel_size, stride=stride)
+    c = -np.zeros(shape.columns_shape)
+    out = fold(c, (4, 4), kernel_size, stride=stride)
+    assert_same_bits(out, _torch_fold(c, (4, 4), kernel_size=kernel_size, stride=stride))
     assert not np.signbit(np.asarray(out)).any()
 
 

@@ -1,10 +1,12 @@
 """The compile-time cells: compile time of the pooling, unpooling, padding and
-pixel-shuffle ops. Does it grow with the extents, the ratio or the output size?
+pixel-shuffle ops. Does it grow with the extents, the ratio or the output size? And of
+unfold and fold on the patches cells, to the third derivative.
 
 Run from the repository root:
 
     python -m benchmarks.cells.compile_times                          # the table to stdout
     python -m benchmarks.cells.compile_times --markdown BENCHMARKS.md # and into its section
+    python -m benchmarks.cells.compile_times --patches --markdown BENCHMARKS.md  # unfold, fold
 
 Each op's forward and the gradient of ``sum(y**2)`` are traced, lowered and compiled on a
 ``[2, 1, *spatial]`` float32 input, once in its simplest case (a small map, a divisible
@@ -12,6 +14,12 @@ ratio) and once in each harder case (large or odd extents, ragged adaptive windo
 up- and downsampling ratios, wide pads); the table shows the simplest case's seconds, the
 worst case's and their ratio. ``python -m benchmarks.cells.resampling --compile-only`` is
 the same table for ``interpolate``.
+
+``--patches`` times the cells of :mod:`benchmarks.cells.patches` (B = 8, float32) instead:
+the forward, the gradient of ``sum(y**2)``, the second derivative (the gradient of the
+squared gradient norm) and the third (the gradient of the second's squared norm), each
+traced, lowered and compiled alone after ``jax.clear_caches()``; ``--before REV`` adds the
+unfold and fold of git revision ``REV`` beside them.
 """
 
 from __future__ import annotations
@@ -110,17 +118,87 @@ def table(ops: tuple[OpCases, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PATCH_QUANTITIES = ("fwd", "grad", "second", "third")
+
+
+def patches_seconds(f, inputs: tuple, quantities=PATCH_QUANTITIES) -> dict[str, float]:
+    """Seconds to trace, lower and compile each of ``quantities`` (of ``PATCH_QUANTITIES``)
+    of a patches cell's side ``f(inputs, constants)``, each after ``jax.clear_caches()``."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.derivatives import jax_modes
+
+    modes = jax_modes(f)
+    second = modes["second"]
+    modes["third"] = lambda xs, cs: jax.grad(
+        lambda xs: sum(jnp.sum(jnp.square(g)) for g in second(xs, cs)))(xs)
+    xs = tuple(jax.ShapeDtypeStruct(a.shape, jnp.float32) for a in inputs)
+    seconds = {}
+    for quantity in quantities:
+        jax.clear_caches()
+        start = time.perf_counter()
+        jax.jit(modes[quantity]).lower(xs, ()).compile()
+        seconds[quantity] = time.perf_counter() - start
+    return seconds
+
+
+def patches_table(names, batch: int = 8, before: str | None = None,
+                  quantities=PATCH_QUANTITIES) -> str:
+    """Compile seconds of the patches cells ``names``: jaxpool's, and revision ``before``'s
+    where given."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.cells import patches
+
+    revision = patches.load_revision(before) if before else None
+    built = patches.cells(batch, revision, peers=False)
+    jax.jit(lambda a: a + 1).lower(jnp.ones(2)).compile()  # the first compile's start-up
+    lines = [f"Seconds to trace, lower and compile each quantity alone (B = {batch}, "
+             "float32, one run each).", "",
+             "| cell | side | " + " | ".join(quantities) + " |",
+             "|---|---|" + "---:|" * len(quantities)]
+    for name in names:
+        cell = built[name]()
+        for side, f in cell.jax.items():
+            seconds = patches_seconds(f, cell.inputs, quantities)
+            lines.append(f"| {cell.words if side == 'jaxpool' else ''} | {side} | "
+                         + " | ".join(f"{seconds[q]:.2f}" for q in quantities) + " |")
+            print(lines[-1], file=sys.stderr)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.compile_times",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="", help="only ops whose name contains this")
     parser.add_argument("--markdown", help="splice the table into this file's section")
+    parser.add_argument("--patches", action="store_true",
+                        help="the patches cells' unfold and fold, to the third derivative")
+    parser.add_argument("--cells", default="volo-unfold,volo-fold,volo-s1-unfold,volo-s1-fold,"
+                        "t2t-unfold-7,t2t-unfold-3,tnt-unfold,patchify-16,unpatchify-16",
+                        help="with --patches: the cells (default %(default)s)")
+    parser.add_argument("--before", metavar="REV",
+                        help="with --patches: the unfold and fold of this git revision too")
+    parser.add_argument("--quantities", default=",".join(PATCH_QUANTITIES),
+                        help="with --patches: which of them (default %(default)s)")
     args = parser.parse_args(argv)
-    ops = tuple(op for op in _cases() if args.ops in op.name)
-    text = table(ops)
+    if args.patches:
+        quantities = tuple(q for q in args.quantities.split(",") if q)
+        if not quantities or set(quantities) - set(PATCH_QUANTITIES):
+            parser.error(f"--quantities: a comma-separated subset of {PATCH_QUANTITIES}")
+        text = patches_table([n for n in args.cells.split(",") if n], before=args.before,
+                             quantities=quantities)
+        section = "patches-compile-times"
+    else:
+        text = table(tuple(op for op in _cases() if args.ops in op.name))
+        section = "compile-times"
     print(text)
     if args.markdown:
-        splice(args.markdown, text, *markers("compile-times"))
+        splice(args.markdown, text, *markers(section))
     return 0
 
 

@@ -5,10 +5,12 @@ over the ``bh x bw`` blocks), its features channel-major, then the kernel taps r
 (as ``lax.conv_general_dilated_patches`` gives them on ``NCHW`` input). ``fold`` is its
 adjoint: each column's entries are added back at their taps, overlaps summed.
 
-The windows are fixed by the shapes, so both are written with static slices and pads only:
-``unfold`` stacks one strided slice of the zero-padded input per tap, ``fold`` adds one
-interior-padded copy of each tap's columns. Their derivatives are then slices and pads too,
-with no scatter or gather at any order.
+The windows are fixed by the shapes, so both are written with pads, reshapes, transposes
+and slices only: each padded axis is cut into rows of ``stride`` (one reshape), and the taps
+that read the same rows make one slice (``plan.axis_phases``). Windows that do not overlap
+(a ViT patchify) are then one reshape and one transpose; overlapping ones one pass per pair
+of tap groups (``plan.choose_strategy``). Each op is the other's transpose, so every
+derivative, of any order and in either mode, is one of the two, with no scatter or gather.
 
 Only the two-dimensional form exists, as in torch: ``unfold`` takes rank 4 (or unbatched
 rank 3), ``fold`` rank 3 (or unbatched rank 2).

@@ -1,5 +1,6 @@
 """The arithmetic of ``unfold`` and ``fold`` (im2col and col2im), in plain Python: the
-argument checks and the blocks that fix the output, as torch computes them."""
+argument checks, the blocks that fix the output, as torch computes them, and the tap groups
+the kernel copies or adds in one pass each."""
 
 from __future__ import annotations
 
@@ -12,11 +13,79 @@ from jaxpool.core.memo import hash_once, memoized_plan
 
 # --- the plan: plain-Python arithmetic on static shapes ------------------------------------
 
+@dataclass(frozen=True)
+class TapGroup:
+    """Taps ``first .. first + count - 1`` of one axis that read the same rows of the phase
+    view: tap ``u`` of block ``i`` reads padded position ``i*s + u*d = (i + shift)*s +
+    phase + (u - first)*d``, so the group is one slice, rows ``shift .. shift + b - 1``
+    and phases ``phase, phase + d, ...``, of the padded axis cut into rows of ``s``."""
+
+    shift: int
+    first: int
+    count: int
+    phase: int
+
+
+@dataclass(frozen=True)
+class AxisPhases:
+    """One axis cut into ``rows`` rows of ``stride`` phases: the image padded by ``low``
+    before and ``high`` after (negative: cropped) to ``rows * stride``, and its taps in
+    groups, one pass each (``TapGroup``), in the taps' order."""
+
+    rows: int
+    low: int
+    high: int
+    groups: tuple[TapGroup, ...]
+
+
+def axis_phases(extent: int, kernel: int, dilation: int, padding: int, stride: int,
+                blocks: int) -> AxisPhases:
+    """The taps grouped by ``(u*d) // s``: consecutive taps, each group's phases distinct,
+    so a pixel takes at most one entry from a group and the groups in order are the taps in
+    order at each pixel (torch's order of summation). Windows that do not overlap
+    (``(k - 1)*d < s``) make one group: the axis is then a reshape and a (strided) slice."""
+    groups: list[TapGroup] = []
+    for tap in range(kernel):
+        shift, phase = divmod(tap * dilation, stride)
+        if groups and groups[-1].shift == shift:
+            last = groups[-1]
+            groups[-1] = TapGroup(shift, last.first, last.count + 1, last.phase)
+        else:
+            groups.append(TapGroup(shift, tap, 1, phase))
+    rows = blocks + groups[-1].shift
+    return AxisPhases(rows, padding, rows * stride - extent - padding, tuple(groups))
+
+
+STRATEGIES = ("blocks", "phases")
+
+
+def choose_strategy(axes: tuple[AxisPhases, AxisPhases]) -> str:
+    """The case the plan is: both strategies are the same passes, one per pair of tap
+    groups (``axis_phases``), and neither reads :mod:`jaxpool.strategy_table` (no other
+    strategy was measured on a GPU).
+
+    - ``blocks``: no axis's windows overlap (``(k - 1)*d < s``: a ViT patchify, TNT's 4 x 4
+      pixels): one group per axis, so unfold is a pad or crop, a reshape, a transpose (and
+      a strided slice where the windows leave gaps), and fold its transpose. One slice per
+      tap (the rule this replaced) made the 16 x 16 patchify's gradient 256 padded copies
+      of the image, and its derivative programs grow with the taps (BENCHMARKS.md, "Patches
+      and boxes", cells ``patchify-16`` and ``tnt-unfold``).
+    - ``phases``: overlapping windows, at most ``ceil(((k - 1)*d + 1) / s)`` groups per axis
+      (T2T's 7/4/2: 2 x 2 passes for 49 taps; VOLO's 3/2/1: 2 x 2 for 9), against one pass
+      per tap before (cells ``t2t-unfold-7``, ``t2t-unfold-3``, ``volo-unfold``,
+      ``volo-fold``). At stride 1 the groups are the taps; the slices of the cut axis still
+      beat the strided ones there (cells ``volo-s1-unfold``, ``volo-s1-fold``).
+    """
+    return "blocks" if all(len(axis.groups) == 1 for axis in axes) else "phases"
+
+
 @hash_once
 @dataclass(frozen=True)
 class FoldPlan:
     """The blocks of one unfold or fold: the image ``[N, C, H, W]`` and its columns
-    ``[N, C*kh*kw, bh*bw]``; ``batched`` False drops ``N`` from both."""
+    ``[N, C*kh*kw, bh*bw]``; ``batched`` False drops ``N`` from both. ``phases`` cuts
+    each padded axis into rows of ``stride`` and groups its taps (``axis_phases``);
+    ``strategy`` names the case (``choose_strategy``)."""
 
     batched: bool
     batch: int
@@ -26,7 +95,9 @@ class FoldPlan:
     dilation: tuple[int, int]
     padding: tuple[int, int]
     stride: tuple[int, int]
-    blocks: tuple[int, ...]
+    blocks: tuple[int, int]
+    phases: tuple[AxisPhases, AxisPhases]
+    strategy: str
 
     @property
     def taps(self) -> int:
@@ -42,21 +113,14 @@ class FoldPlan:
         shape = (self.batch, self.channels * self.taps, math.prod(self.blocks))
         return shape if self.batched else shape[1:]
 
-    def tap_offsets(self) -> list[tuple[int, int]]:
-        """Each tap's first row and column in the padded image, taps row-major."""
-        (kh, kw), (dh, dw) = self.kernel, self.dilation
-        return [(i * dh, j * dw) for i in range(kh) for j in range(kw)]
 
-    def tap_placement(self, offset: tuple[int, int]) -> list[tuple[int, int, int]]:
-        """``lax.pad``'s (low, high, interior) per spatial axis that puts a tap's
-        ``[bh, bw]`` values at their image positions: negative ends crop the rows and
-        columns that fall in the padding."""
-        config = []
-        for start, n, p, s, b in zip(offset, self.image, self.padding, self.stride, self.blocks):
-            low = start - p
-            high = n - (low + (b - 1) * s + 1)
-            config.append((low, high, s - 1))
-        return config
+def _fold_plan(batched, batch, channels, image, kernel, dilations, pads, strides,
+               blocks) -> FoldPlan:
+    height, width = (axis_phases(*args) for args in zip(image, kernel, dilations, pads,
+                                                         strides, blocks))
+    axes = (height, width)
+    return FoldPlan(batched, batch, channels, image, kernel, dilations, pads, strides, blocks,
+                    axes, choose_strategy(axes))
 
 
 def _blocks(extent: int, kernel: int, dilation: int, padding: int, stride: int) -> int:
@@ -93,8 +157,8 @@ def plan_unfold(shape, dtype, kernel_size, dilation=1, padding=0, stride=1) -> F
                          f"{_arguments_text(kernel, dilations, pads, strides)} has "
                          f"{blocks} sliding blocks; each axis needs at least one: the dilated "
                          f"kernel must fit in the padded input")
-    return FoldPlan(batched, shape[0] if batched else 1, channels, (height, width), kernel,
-                    dilations, pads, strides, blocks)
+    return _fold_plan(batched, shape[0] if batched else 1, channels, (height, width), kernel,
+                      dilations, pads, strides, blocks)
 
 
 @memoized_plan
@@ -123,5 +187,5 @@ def plan_fold(shape, dtype, output_size, kernel_size, dilation=1, padding=0,
                          f"{blocks[0]} * {blocks[1]} sliding blocks, which must be positive "
                          f"and equal input's last dimension L={length} (input of shape "
                          f"{shape})")
-    return FoldPlan(batched, shape[0] if batched else 1, features // taps, image, kernel,
-                    dilations, pads, strides, blocks)
+    return _fold_plan(batched, shape[0] if batched else 1, features // taps, image, kernel,
+                      dilations, pads, strides, blocks)
