@@ -7,15 +7,16 @@ order::
     parity.compare_errors(jax_fn, torch_fn, [parity.Call(x, bad=1)])
 
     variables = parity.load_torch_weights(torch_model, flax_variables, model=flax_model,
-                                          x=example)                # or an nnx model
+                                          x=example)    # or an nnx model, an Equinox port
     report = parity.compare_layers(torch_model, flax_model, variables, x)   # mode="shadow"
     report.first_divergence, print(report.format())
 
 Modules: ``compare`` (the checker), ``checks`` (the table of checks it runs), ``results``
 (``Row``, ``Report``, ``ParityError``), ``tolerances``, ``convert`` (arrays across, bit for
 bit); for whole models, bottom up: ``layout`` (layer types and layout rules), ``calls``
-(a recorded module call), ``record_torch`` and ``record_flax`` (each framework's module
-calls), ``description`` (one description per model, of the same form for both: modules,
+(a recorded module call), ``record_torch``, ``record_flax`` and ``record_equinox`` (each
+framework's module calls; ``equinox_tree`` reads and writes an Equinox port's layers and
+state), ``description`` (one description per model, of the same form for both: modules,
 parameters with shapes, ties, calls), ``pairing`` (``align``: the one alignment of two
 descriptions, which layer and call is which), then ``weights`` (torch weights into Flax and
 back), ``layers`` (layer by layer comparison) and ``model_report``, which read that

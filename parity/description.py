@@ -15,6 +15,11 @@ the input and output shapes, ``start`` numbering them in the order they begin). 
 runs at most once here: torch on ``x`` (or the calls of a run already made, ``calls=``),
 Flax abstractly (shapes only, ``jax.eval_shape``) on ``x``.
 
+An Equinox port is described as a Flax model is (``describe_flax`` on its module, or
+``(module, state)``; its layers from ``parity.equinox_tree``, its calls from
+``parity.record_equinox``). torch's ``nn.MultiheadAttention`` is one layer with its
+``out_proj``'s tensors (torch never calls that Linear as a module).
+
 Reading each side's layers (``torch_layers``, ``flax_layers``) lives here too; the layer
 types and layout rules below it are ``parity.layout``'s, the runs ``parity.record_torch``'s
 and ``parity.record_flax``'s.
@@ -31,9 +36,10 @@ import jax
 import numpy as np
 import torch
 
-from . import record_flax, record_torch
+from . import record_equinox, record_flax, record_torch
 from .calls import Call
 from .convert import to_jax
+from .equinox_tree import eqx_layers, split_target
 from .layout import FlaxLayer, TorchLayer, is_nnx_module, nnx_modules
 
 __all__ = ["ModelDescription", "ModuleDescription", "describe_flax", "describe_torch",
@@ -124,7 +130,8 @@ def describe_torch(model, x=None, kwargs: Mapping[str, Any] | None = None, *,
     if calls is None and x is not None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError("x: a state dict does not run; pass the torch.nn.Module")
-        calls = record_torch.run(model, x, lambda ys: [], gradients=False, kwargs=kwargs).calls
+        calls = record_torch.run(model, x, lambda leaves: [], gradients=False,
+                                 kwargs=kwargs).calls
     return ModelDescription("torch", modules, calls, None if calls is None else _order(calls))
 
 
@@ -154,6 +161,14 @@ def torch_layers(source) -> list[TorchLayer]:
                 layers[prefix].ties[name] = first[key]
             else:
                 first[key] = full
+    # nn.MultiheadAttention reads its out_proj's weights itself (the Linear is never
+    # called): one layer, as the ports' attention layers hold all four projections
+    for name, t in list(layers.items()):
+        inner = layers.get(f"{name}.out_proj" if name else "out_proj")
+        if isinstance(t.module, torch.nn.MultiheadAttention) and inner is not None:
+            t.tensors.update({f"out_proj.{k}": v for k, v in inner.tensors.items()})
+            t.ties.update({f"out_proj.{k}": v for k, v in inner.ties.items()})
+            del layers[inner.name]
     return list(layers.values())
 
 
@@ -177,22 +192,35 @@ def _storage_key(t) -> tuple | None:
 
 
 def describe_flax(target, model=None, x=None, flax_kwargs: Mapping[str, Any] | None = None, *,
-                  calls: list[Call] | None = None,
-                  order: list[str] | None = None) -> ModelDescription:
+                  calls: list[Call] | None = None, order: list[str] | None = None,
+                  vmap: bool = True) -> ModelDescription:
     """A Flax model described: ``target``, linen variables (with ``model``, the linen
-    Module) or an nnx model (``model`` None). With ``x`` (the model's own layout; and
-    ``flax_kwargs``, more arguments of its call) its calls, from one abstract run (shapes
-    only: a target of ``jax.eval_shape``'s ShapeDtypeStruct leaves will do), or ``calls``,
-    those a trace already recorded (``parity.record_flax.trace``); ``order``: module paths
-    in the order the model calls them, where known without calls.
+    Module), an nnx model (``model`` None) or an Equinox port (an ``eqx.Module``, or
+    ``(module, state)`` where it holds BatchNorm layers; ``model`` None). With ``x`` (the
+    model's own layout; and ``flax_kwargs``, more arguments of its call) its calls, from
+    one abstract run (shapes only: a target of ``jax.eval_shape``'s ShapeDtypeStruct
+    leaves will do), or ``calls``, those a trace already recorded
+    (``parity.record_flax.trace``, ``parity.record_equinox.trace``); ``order``: module
+    paths in the order the model calls them, where known without calls. ``vmap``: an
+    Equinox port takes one example and is mapped over ``x``'s first axis (False: it takes
+    the batch).
 
     Raises:
       ValueError: for ``model`` without ``x`` (or the reverse), and when the run fails: its
         error, with what to pass.
     """
+    port = split_target(target)
+    if port is not None:  # an Equinox port, (module, state) or the module alone
+        if model is not None and model is not port[0]:
+            raise ValueError("model: for an Equinox port, pass x alone (the target is the "
+                             "model)")
+        read = eqx_layers(*port)  # first: a port holding BatchNorm without its state says so
+        if calls is None and x is not None:
+            calls = _trace(port, None, x, flax_kwargs, vmap)
+        return _described(read, calls, order)
     linen = isinstance(target, Mapping)  # read first: an nnx check costs an import
     # The leaves first, the run last: the target goes to the run and is not read again.
-    layers = _flax_layers(target) if linen or is_nnx_module(target) else None
+    layers = _linen_or_nnx_layers(target) if linen or is_nnx_module(target) else None
     if not linen and layers is not None:
         if model is not None and model is not target:
             raise ValueError("model: for an nnx target, pass x alone (the target is the model)")
@@ -205,7 +233,12 @@ def describe_flax(target, model=None, x=None, flax_kwargs: Mapping[str, Any] | N
         if calls is None and model is not None:
             calls = _trace(model, target, x, flax_kwargs)
     if layers is None:  # neither linen variables nor an nnx model: the reader says so
-        layers = _flax_layers(target)
+        layers = _linen_or_nnx_layers(target)
+    return _described(layers, calls, order)
+
+
+def _described(layers: list[FlaxLayer], calls: list[Call] | None,
+               order: list[str] | None) -> ModelDescription:
     if calls is not None:
         order = _order(calls)
     called: dict[str, str] = {}  # module path -> class, as the run names it
@@ -227,9 +260,25 @@ def _order(calls: list[Call]) -> list[str]:
     return list(dict.fromkeys(c.path for c in sorted(calls, key=lambda c: c.start)))
 
 
-def _trace(model, variables, x, kwargs) -> list[Call]:
-    """The Flax model's calls from one abstract run; its error, with what to pass, if it
-    fails."""
+def _trace(model, variables, x, kwargs, vmap: bool = True) -> list[Call]:
+    """The Flax model's calls from one abstract run (``model``: a linen or nnx model, or an
+    Equinox port as (module, state)); its error, with what to pass, if it fails."""
+    port = split_target(model) if isinstance(model, tuple) else None
+    if port is not None:
+        # in inference mode: the order is the same, and dropout needs no key
+        calls, error = record_equinox.trace(
+            record_equinox.program(*port, kwargs, train=False, vmap=vmap), to_jax(x))
+        if error is None:
+            return calls
+        given = ", ".join(sorted(kwargs or {})) or "none"
+        how = ("maps it over x's first axis (jax.vmap): the port takes one example; "
+               "pass vmap=False for a port that takes the batch" if vmap else
+               "passes x to the port as it is (vmap=False)")
+        raise ValueError(
+            f"running the Equinox port on x (shape {tuple(np.shape(x))}) to record the order "
+            f"it calls its modules raised {error}. parity {how}. Pass the call's other "
+            f"arguments as flax_kwargs={{...}} (given: {given}), or leave out x= to pair by "
+            "names and shapes alone")
     calls, error = record_flax.trace(record_flax.program(model, variables, kwargs), to_jax(x))
     if error is None:
         return calls
@@ -266,6 +315,11 @@ def flax_layers(target, order: list[str] | None = None) -> list[FlaxLayer]:
 
 
 def _flax_layers(target) -> list[FlaxLayer]:
+    port = split_target(target)
+    return eqx_layers(*port) if port is not None else _linen_or_nnx_layers(target)
+
+
+def _linen_or_nnx_layers(target) -> list[FlaxLayer]:
     if not isinstance(target, Mapping) and is_nnx_module(target):
         from flax import nnx
 
@@ -274,8 +328,9 @@ def _flax_layers(target) -> list[FlaxLayer]:
                 for path, m in nnx_modules(target)]
         return [FlaxLayer(path, leaves, m) for path, m, leaves in held if leaves]
     if not isinstance(target, Mapping) or "params" not in target:
-        raise TypeError("the Flax side must be linen variables (a dict with 'params') or an "
-                        f"nnx.Module, got {type(target).__name__}")
+        raise TypeError("the Flax side must be linen variables (a dict with 'params'), an "
+                        "nnx.Module or an Equinox port (an eqx.Module, or (module, state)), "
+                        f"got {type(target).__name__}")
     layers: dict[str, FlaxLayer] = {}
     for collection, tree in target.items():
         if collection == "intermediates":

@@ -9,8 +9,10 @@ gradient, and if not, which layer is wrong?
 
 Both models run on the same input (``x`` in torch's layout; channels-first is moved to
 channels-last for the Flax side unless ``channels_last=False`` or ``to_flax=`` says
-otherwise). Each side runs once to describe it (``parity.description``: the Flax model
-abstractly, shapes only; the torch model in the run compared) and the two descriptions are
+otherwise; an Equinox port keeps torch's layout and is mapped over the batch,
+``parity.record_equinox``). Each side runs once to describe it (``parity.description``: the
+Flax model abstractly, shapes only; the torch model in the run compared) and the two
+descriptions are
 aligned once (``parity.pairing.align``: modules with weights through the weight pairing,
 the rest by ``name_map``, kind and order, and a call left alone on each side between the
 same pairs, with the same shapes, by its position: its rows say so,
@@ -32,7 +34,8 @@ first failing row is where the two models start to differ. ``mode="shadow"`` fee
 Flax layer the torch layer's recorded input, and backpropagates into it the torch layer's
 recorded output cotangent: a row measures that layer's own error, and the first failing row
 is the first layer that is wrong by itself (a layer whose backward alone is wrong fails at
-its input gradient).
+its input gradient). Every floating-point leaf of what a layer returns (through tuples,
+dicts and Hugging Face's ``ModelOutput``) takes torch's cotangent.
 
 Tolerances (``reference``): float64 compares JAX with torch directly (``parity.tolerances``).
 Lower precisions are judged against torch run in float64 on the same numbers (the weights
@@ -53,8 +56,10 @@ the port computed itself (from torch's values one layer before) against torch's,
 Integer inputs (token ids, an attention mask) reach both sides as they are; the precision
 is ``dtype=`` or the torch model's. Calls that return more on one side (an attention
 block's (output, weights), BEiT's embeddings with their (height, width)) are compared on
-the output leaves both return (``parity.pairing.corresponding_outputs``); the rest are
-listed in ``ModelReport.one_sided``: a row fails on numbers, never on form.
+the output leaves both sides say are the same (``parity.pairing.match_outputs``: the same
+names or places, and the main output; never two that only a shape would pair); the rest
+are listed in ``ModelReport.one_sided``, with why: a row fails on numbers, never on form
+or pairing.
 
 The torch module is copied and cast to the comparison's dtype, and the Flax variables are
 cast too: both sides compute in that precision, and neither model is changed (train-mode BatchNorm
@@ -67,7 +72,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import jax
@@ -75,13 +80,15 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import record_flax, record_torch
+from . import equinox_tree, record_equinox, record_flax, record_torch
 from .convert import TORCH_DTYPES, map_arrays, numpy_dtype, to_jax, to_numpy, x64
 from .model_report import LayerRow, ModelReport
 from .calls import Call
 from .description import describe_flax, describe_torch
-from .layout import flax_layout, get_value, is_nnx_module, nnx_modules, set_value
-from .pairing import CallPair, WeightMap, align, corresponding_outputs, format_alignment
+from .equinox_tree import is_state
+from .layout import flax_layout, get_value, is_eqx_module, is_nnx_module, nnx_modules, set_value
+from .pairing import (CallPair, WeightMap, align, corresponding_outputs, format_alignment,
+                      match_outputs)
 from .tolerances import HALF, Diff, is_float, tolerance
 from .weights import fill, leaf_values
 
@@ -92,29 +99,35 @@ REFERENCES = ("direct", "float64")
 
 
 def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
-                   train: bool = False, channels_last: bool = True,
+                   train: bool = False, channels_last: bool | None = None,
                    to_flax: Callable | None = None, name_map: Mapping[str, Any] | None = None,
                    gradients: bool = True, seed: int = 0, rtol: float | None = None,
                    atol: float | None = None, train_arg: str | None = "train",
                    flax_kwargs: Mapping[str, Any] | None = None, mode: str = "chained",
                    reference: str | None = None, torch_kwargs: Mapping[str, Any] | None = None,
-                   dtype=None) -> ModelReport:
+                   dtype=None, vmap: bool = True) -> ModelReport:
     """Run a torch model and its Flax port on the same input and compare them layer by layer.
 
     Args:
       torch_module: the torch model (not modified: a copy runs).
-      flax_model: a linen Module, or an nnx Module (then ``variables`` is None).
+      flax_model: a linen Module, an nnx Module (then ``variables`` is None), or an Equinox
+        port (an ``eqx.Module``; ``variables`` is its ``eqx.nn.State``, or None for a port
+        without one).
       variables: linen variables, or None to initialise the linen model and import the torch
         weights (``load_torch_weights``); for nnx, None (the model holds its weights; they
-        are compared as they are; load them with ``load_torch_weights`` first).
+        are compared as they are; load them with ``load_torch_weights`` first); for an
+        Equinox port, its state or None (the module holds its weights, compared as they
+        are).
       x: the input, in torch's layout (a NumPy/JAX array or torch tensor): floating-point
         (its dtype is the precision of the comparison, unless ``dtype`` says another), or
         integer or boolean (token ids), passed to both sides as it is.
       train: train-mode BatchNorm (batch statistics) on both sides: ``torch_module.train()``,
         ``train_arg=True`` to the linen model's ``__call__`` (when it takes that argument;
-        the batch_stats collection is mutable), ``model.train()`` for nnx.
+        the batch_stats collection is mutable), ``model.train()`` for nnx,
+        ``eqx.nn.inference_mode(port, value=not train)`` for Equinox.
       channels_last: the Flax side takes and returns channels-last arrays (the input's axis 1
-        moved last, and so for every array of rank >= 3 when the shapes say so).
+        moved last, and so for every array of rank >= 3 when the shapes say so); by
+        default True for Flax and False for Equinox, which keeps torch's layout.
       to_flax: how to turn ``x`` into the Flax model's input, instead of the above.
       name_map: ``{torch module name: Flax module path}``: pairs of modules (any module,
         with weights or without, such as residual blocks) that override the pairing.
@@ -132,6 +145,9 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         arrays become tensors, floating-point ones in the comparison's dtype).
       dtype: the precision of the comparison (both models and a floating ``x`` are cast to
         it); by default a floating ``x``'s dtype, else the torch model's.
+      vmap: an Equinox port takes one example and is mapped over ``x``'s first axis
+        (``jax.vmap``, with the axis name its BatchNorm layers use); False: it takes the
+        batch.
 
     Returns:
       A ``ModelReport``.
@@ -145,9 +161,15 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
     dtype = _run_dtype(x, dtype, torch_module)
     if is_float(x.dtype):
         x = x.astype(dtype)
-    nnx_model = is_nnx_module(flax_model)
+    eqx_port = is_eqx_module(flax_model)
+    nnx_model = not eqx_port and is_nnx_module(flax_model)
     if nnx_model and variables is not None:
         raise ValueError("variables must be None for an nnx model (it holds its own weights)")
+    if eqx_port and not (variables is None or is_state(variables)):
+        raise TypeError("variables: for an Equinox port, its eqx.nn.State or None, got "
+                        f"{type(variables).__name__}")
+    if channels_last is None:
+        channels_last = not eqx_port
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if reference is None:
@@ -155,8 +177,13 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         reference = "direct" if direct else "float64"
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
-    if variables is not None and any(isinstance(a, jax.ShapeDtypeStruct)
-                                     for a in jax.tree_util.tree_leaves(variables)):
+    if eqx_port and any(isinstance(a, jax.ShapeDtypeStruct)
+                        for a in jax.tree_util.tree_leaves(flax_model)):
+        raise ValueError("the Equinox port holds shapes only (ShapeDtypeStruct leaves, as "
+                         "eqx.filter_eval_shape returns them): load torch's weights into it "
+                         "first, parity.load_torch_weights(torch_module, port, x=...)")
+    if not eqx_port and variables is not None and any(
+            isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree_util.tree_leaves(variables)):
         raise ValueError("variables holds shapes only (ShapeDtypeStruct leaves, as "
                          "jax.eval_shape returns them): load torch's weights into it first, "
                          "variables = parity.load_torch_weights(torch_module, variables, "
@@ -168,10 +195,12 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
             np.moveaxis(x, 1, -1) if channels_last and x.ndim >= 3 else x)
         x_flax = to_jax(np.ascontiguousarray(to_numpy(x_flax)))
         kwargs = dict(flax_kwargs or {})
-        if not nnx_model and train_arg and train_arg in _call_params(flax_model):
+        if not (nnx_model or eqx_port) and train_arg and train_arg in _call_params(flax_model):
             kwargs[train_arg] = train
-        initialised = not nnx_model and variables is None
-        if nnx_model:
+        initialised = not (nnx_model or eqx_port) and variables is None
+        if eqx_port:
+            target = (flax_model, variables)
+        elif nnx_model:
             target = flax_model
         elif initialised:
             init_kwargs = {**kwargs, **({train_arg: False} if train_arg in kwargs else {})}
@@ -182,26 +211,37 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
                 lambda a: np.zeros(a.shape, a.dtype), shapes), dtype)
         else:
             target = variables
-        run_target = _cast_nnx(target, dtype) if nnx_model else _cast_linen(target, dtype)
+        recorder: Any
+        prog: Any
+        if eqx_port:
+            run_target = equinox_tree.cast(flax_model, variables, dtype)
+            describe_flax(target)  # its layers read before it runs: a missing state says so
+            recorder = record_equinox
+            prog = record_equinox.program(run_target[0], run_target[1], kwargs, train, vmap)
+        else:
+            run_target = _cast_nnx(target, dtype) if nnx_model else _cast_linen(target, dtype)
+            recorder = record_flax
+            prog = record_flax.program(flax_model if not nnx_model else run_target,
+                                       None if nnx_model else run_target, kwargs, train)
         # Each side runs once for its description (Flax: abstractly, shapes only; torch:
         # the run compared, with gradients), and the two are aligned once: everything
         # below reads that alignment.
-        prog = record_flax.program(flax_model if not nnx_model else run_target,
-                                   None if nnx_model else run_target, kwargs, train)
-        f_trace, _ = record_flax.trace(prog, x_flax)
+        f_trace, _ = recorder.trace(prog, x_flax)
         flax_desc = describe_flax(target, calls=f_trace)
 
         t_model = copy.deepcopy(torch_module).to(TORCH_DTYPES[dtype]).train(train)
         t_kwargs = _cast_floats(dict(torch_kwargs or {}), dtype)
         rng = np.random.default_rng([seed, 0x1A7E5])
         drawn: list[np.ndarray] = []
-        f_root = [[a for _, a in c.outputs if jnp.issubdtype(a.dtype, jnp.floating)]
+        f_root = [[(p, a) for p, a in c.outputs if jnp.issubdtype(a.dtype, jnp.floating)]
                   for c in f_trace if c.path == ""]
 
-        def torch_weights(ys):  # random weights of the loss, in torch's layout
-            drawn[:] = [rng.standard_normal(tuple(y.shape)).astype(dtype) for y in ys]
+        def torch_weights(leaves):  # random weights of the loss, in torch's layout
+            drawn[:] = [rng.standard_normal(tuple(y.shape)).astype(dtype) for _, y in leaves]
+            # an output whose layout the shapes cannot tell weighs the same read both ways
+            drawn[:] = [_Layouts(channels_last).weight(w, w.shape) for w in drawn]
             if f_root:  # what the Flax model does not return weighs nothing on either side
-                kept = _corresponding_floats(ys, f_root[-1], channels_last)
+                kept = _corresponding_floats(leaves, f_root[-1], channels_last)
                 drawn[:] = [w if i in kept else np.zeros_like(w) for i, w in enumerate(drawn)]
             return drawn
 
@@ -226,17 +266,18 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
             ref_model = copy.deepcopy(t_model).double()
             t_shadow = {p.torch.start: p.torch for p in pairs} if mode == "shadow" else None
             ref_run = record_torch.run(ref_model, _cast_floats(x, np.float64),
-                                       lambda ys: [w.astype(np.float64) for w in drawn],
+                                       lambda leaves: [w.astype(np.float64) for w in drawn],
                                        gradients=gradients, shadow=t_shadow,
                                        kwargs=_cast_floats(t_kwargs, np.float64))
 
-        ws = _flax_loss_weights(drawn, t_run, f_trace, channels_last)
-        shadow = _shadow(pairs, channels_last) if mode == "shadow" else None
-        f_run = record_flax.run(prog, x_flax, ws, f_trace, gradients=gradients, shadow=shadow)
+        layouts = _Layouts(channels_last, pairs)
+        ws = _flax_loss_weights(drawn, t_run, f_trace, _Layouts(channels_last, pairs))
+        shadow = _shadow(pairs, layouts) if mode == "shadow" else None
+        f_run = recorder.run(prog, x_flax, ws, f_trace, gradients=gradients, shadow=shadow)
 
     by_start = {c.start: c for c in f_run.calls}
     ref_calls = ({c.start: c for c in ref_run.calls} if ref_run is not None else {})
-    judge = _Judge(dtype, channels_last, rtol, atol, reference == "float64")
+    judge = _Judge(dtype, layouts, rtol, atol, reference == "float64")
     concrete = [(p, by_start[p.flax.start], ref_calls.get(p.torch.start)) for p in pairs
                 if p.flax.start in by_start]
     output_rows, one_sided = _output_rows(concrete, judge, channels_last)
@@ -245,12 +286,14 @@ def compare_layers(torch_module: torch.nn.Module, flax_model, variables, x, *,
         if "" in unpaired_torch:
             unpaired_torch.remove("")
         rows.append(LayerRow("output", "", "", (), math.nan, math.nan, math.nan, False,
-                             f"the Flax model raised {f_run.error}"))
+                             f"the {'Equinox port' if eqx_port else 'Flax model'} raised "
+                             f"{f_run.error}"))
     elif gradients:
         rows += _gradient_rows(concrete, t_run, f_run, ref_run, weights, judge)
     return ModelReport(rows, np.dtype(dtype).name, train, unpaired_torch, unpaired_flax,
                        mode, "torch" if reference == "direct" else "torch float64",
-                       format_alignment(alignment), one_sided)
+                       format_alignment(alignment), one_sided,
+                       "Equinox" if eqx_port else "Flax", list(dict.fromkeys(judge.untold)))
 
 
 def _run_dtype(x: np.ndarray, dtype, torch_module) -> np.dtype:
@@ -288,10 +331,10 @@ def _cast_floats(tree, dtype):
 
 
 def _corresponding_floats(t_leaves: list, f_leaves: list, channels_last) -> set[int]:
-    """The indices of ``t_leaves`` (floating-point arrays) that have a Flax counterpart."""
-    t = [(str(i), jax.ShapeDtypeStruct(tuple(a.shape), np.float64)) for i, a in enumerate(t_leaves)]
-    f = [(str(j), a) for j, a in enumerate(f_leaves)]
-    return {i for i, _ in corresponding_outputs(t, f, channels_last)[0]}
+    """The indices of ``t_leaves`` ((leaf path, floating-point array)) that have a Flax
+    counterpart among ``f_leaves`` ((leaf path, array))."""
+    t = [(p, jax.ShapeDtypeStruct(tuple(a.shape), np.float64)) for p, a in t_leaves]
+    return {i for i, _ in corresponding_outputs(t, list(f_leaves), channels_last)[0]}
 
 
 def assert_model_parity(torch_module, flax_model, variables, x, **kwargs) -> ModelReport:
@@ -308,41 +351,110 @@ def _in_flax_layout(t: np.ndarray, flax_shape: tuple, channels_last: bool) -> np
     return None if how is None else np.moveaxis(t, 1, -1) if how == "moved" else t
 
 
-def _shadow(pairs: list[CallPair], channels_last) -> dict[int, record_flax.Shadow]:
+def _ambiguous(shape: tuple, channels_last: bool) -> bool:
+    """Whether an array of ``shape`` reads the same with its axis 1 moved last and as it is
+    ([2, 8, 8]: a token model whose length is its width, or a cube of an image)."""
+    shape = tuple(shape)
+    return (channels_last and len(shape) >= 3 and len(set(shape[1:])) == 1)
+
+
+class _Layouts:
+    """How each torch array becomes the Flax side's (``parity.layout.flax_layout``). Where
+    both readings give the Flax array's shape, the one the call's other arrays show, else
+    the one every other array of the model shows; where nothing tells (none shows, or they
+    disagree), the array is not compared, and the report says so and how to settle it."""
+
+    def __init__(self, channels_last: bool, pairs: Sequence[CallPair] = ()):
+        self.channels_last = channels_last
+        self.by_call: dict[int, str | None] = {}  # torch call start -> "moved", "same", None
+        seen: set[str] = set()
+        for p in pairs:
+            shown = self._shown(p)
+            seen |= shown
+            self.by_call[p.torch.start] = next(iter(shown)) if len(shown) == 1 else (
+                None if shown else "")
+        model = next(iter(seen)) if len(seen) == 1 else None
+        self.by_call = {k: (model if v == "" else v) for k, v in self.by_call.items()}
+        self.model = model
+
+    def _shown(self, p: CallPair) -> set[str]:
+        """The readings the call's arrays that are not ambiguous show."""
+        t, f = p.torch, p.flax
+        arrays = [(a, b) for a, b in zip(t.inputs, f.inputs)]
+        arrays += [(t.outputs[i][1], f.outputs[j][1])
+                   for i, j in corresponding_outputs(t.outputs, f.outputs, self.channels_last)[0]]
+        out = set()
+        for a, b in arrays:
+            shape = tuple(np.shape(a))
+            if len(shape) >= 3 and not _ambiguous(shape, self.channels_last):
+                how = flax_layout(shape, tuple(np.shape(b)), self.channels_last)
+                if how is not None:
+                    out.add(how)
+        return out
+
+    def reading(self, t_shape: tuple, flax_shape: tuple, start: int | None) -> str | None:
+        """"moved", "same", None (no reading fits) or "unknown" (both fit, nothing tells)."""
+        how = flax_layout(t_shape, flax_shape, self.channels_last)
+        if how is None or not _ambiguous(t_shape, self.channels_last):
+            return how
+        decided = self.by_call.get(start, self.model) if start is not None else self.model
+        return decided or "unknown"
+
+    def move(self, t: np.ndarray, flax_shape: tuple, start: int | None = None):
+        """``t`` in the Flax array's layout; None where no reading fits or none can be told."""
+        how = self.reading(t.shape, flax_shape, start)
+        return np.moveaxis(t, 1, -1) if how == "moved" else t if how == "same" else None
+
+    def weight(self, w: np.ndarray, flax_shape: tuple, start: int | None = None):
+        """A loss weight in the Flax array's layout; where the reading cannot be told, one
+        that reads the same both ways (averaged over the moves), so that either side's
+        gradient is the other's."""
+        if self.reading(w.shape, flax_shape, start) != "unknown":
+            return self.move(w, flax_shape, start)
+        rank = w.ndim
+        turns = [w]
+        for _ in range(rank - 2):
+            turns.append(np.moveaxis(turns[-1], 1, -1))
+        return np.mean(turns, axis=0).astype(w.dtype)
+
+
+def _shadow(pairs: list[CallPair], layouts: _Layouts) -> dict[int, record_flax.Shadow]:
     """What each paired Flax call takes from its torch call in shadow mode: the inputs (all
     of them where both sides take as many, else the main one) and the cotangents of the
-    outputs that correspond (``parity.pairing.corresponding_outputs``)."""
+    outputs that correspond (``parity.pairing.corresponding_outputs``); an array whose
+    layout cannot be told keeps the port's own."""
     out = {}
+    cl = layouts.channels_last
     for p in pairs:
         t, f = p.torch, p.flax
         n = len(t.inputs) if len(t.inputs) == len(f.inputs) else min(1, len(f.inputs))
-        inputs = [_in_flax_layout(a, s.shape, channels_last)
-                  for a, s in zip(t.inputs[:n], f.inputs[:n])]
+        inputs = [layouts.move(a, s.shape, t.start) for a, s in zip(t.inputs[:n], f.inputs[:n])]
         grads: list = [None] * len(f.outputs)
-        for i, j in corresponding_outputs(t.outputs, f.outputs, channels_last)[0]:
+        for i, j in corresponding_outputs(t.outputs, f.outputs, cl)[0]:
             g = t.output_grads[i] if i < len(t.output_grads) else None
             if g is not None:
-                grads[j] = _in_flax_layout(g, f.outputs[j][1].shape, channels_last)
+                grads[j] = layouts.move(g, f.outputs[j][1].shape, t.start)
         out[f.start] = record_flax.Shadow(inputs, grads)
     return out
 
 
-def _flax_loss_weights(drawn, t_run, f_trace: list[Call], channels_last) -> list:
+def _flax_loss_weights(drawn, t_run, f_trace: list[Call], layouts: _Layouts) -> list:
     """The loss's random weights in the Flax output's layout, for the Flax model's
     floating-point outputs that have a torch counterpart (zeros for the rest; none if the
     port does not run)."""
     root = [c for c in f_trace if c.path == ""]
     if not root:
         return []
-    shapes = [tuple(a.shape) for _, a in root[-1].outputs if jnp.issubdtype(a.dtype, jnp.floating)]
+    f = [(p, jax.ShapeDtypeStruct(tuple(a.shape), np.float64)) for p, a in root[-1].outputs
+         if jnp.issubdtype(a.dtype, jnp.floating)]
     t_root = [c for c in t_run.calls if c.path == ""]
-    t_floats = [a for _, a in t_root[-1].outputs if is_float(a.dtype)] if t_root else []
-    t = [(str(i), a) for i, a in enumerate(t_floats)]
-    f = [(str(j), jax.ShapeDtypeStruct(s, np.float64)) for j, s in enumerate(shapes)]
-    ws = [np.zeros(s, drawn[0].dtype if drawn else np.float64) for s in shapes]
-    for i, j in corresponding_outputs(t, f, channels_last)[0]:
+    t = ([(p, a) for p, a in t_root[-1].outputs if is_float(np.asarray(a).dtype)]
+         if t_root else [])
+    ws = [np.zeros(a.shape, drawn[0].dtype if drawn else np.float64) for _, a in f]
+    start = t_root[-1].start if t_root else None
+    for i, j in corresponding_outputs(t, f, layouts.channels_last)[0]:
         if i < len(drawn):
-            w = _in_flax_layout(drawn[i], shapes[j], channels_last)
+            w = layouts.weight(drawn[i], f[j][1].shape, start)
             if w is not None:
                 ws[j] = w
     return ws
@@ -355,13 +467,22 @@ class _Judge:
     """One row's verdict: JAX against torch, or, with a float64 reference, JAX's error and
     torch's own error against it."""
 
-    def __init__(self, dtype, channels_last, rtol, atol, against_float64: bool):
-        self.dtype, self.channels_last = dtype, channels_last
+    def __init__(self, dtype, layouts: _Layouts, rtol, atol, against_float64: bool):
+        self.dtype, self.layouts = dtype, layouts
+        self.channels_last = layouts.channels_last
         self.rtol, self.atol, self.against_float64 = rtol, atol, against_float64
+        self.untold: list[str] = []  # rows not compared: their layout cannot be told
 
-    def row(self, kind, t_name, f_path, t, j, order, ref=None, layout=True) -> LayerRow:
+    def row(self, kind, t_name, f_path, t, j, order, ref=None, layout=True,
+            start: int | None = None) -> LayerRow | None:
+        """The row, or None where the array's layout cannot be told (listed in ``untold``)."""
         cl = self.channels_last and layout
-        moved = _in_flax_layout(t, j.shape, cl)
+        if cl and self.layouts.reading(t.shape, j.shape, start) == "unknown":
+            self.untold.append(f"{kind} of {t_name or '(model)'} / {f_path or '(model)'} "
+                               f"({'x'.join(map(str, t.shape))})")
+            return None
+        moved = (self.layouts.move(t, j.shape, start) if cl
+                 else _in_flax_layout(t, j.shape, False))
         if moved is None and kind == "output":
             # one side broadcasts where the other repeats (torch's position ids [1, L]
             # against the port's [batch, L]): a difference of form; the values are compared
@@ -369,7 +490,10 @@ class _Judge:
             if common is not None:
                 row = self.row(kind, t_name, f_path, np.broadcast_to(t, common),
                                np.broadcast_to(j, common), order,
-                               None if ref is None else np.broadcast_to(ref, common), layout)
+                               None if ref is None else np.broadcast_to(ref, common), layout,
+                               start)
+                if row is None:
+                    return None
                 row.shape = tuple(t.shape)
                 row.note = (f"torch's {tuple(t.shape)} and Flax's {tuple(j.shape)} compared "
                             f"broadcast to {common}")
@@ -383,7 +507,8 @@ class _Judge:
             return LayerRow(kind, t_name, f_path, tuple(t.shape), diff.worst, diff.rel, 0.0,
                             diff.worst == 0, detail="" if diff.worst == 0 else diff.detail(0))
         if self.against_float64 and ref is not None:
-            want = _in_flax_layout(ref, j.shape, cl)
+            want = (self.layouts.move(ref, j.shape, start) if cl
+                    else _in_flax_layout(ref, j.shape, False))
             diff, own = Diff(j, want, label), Diff(moved, want, "torch")
             tol = tolerance(self.dtype, order, diff.scale, ref_err=own.worst)
             if np.dtype(self.dtype) not in HALF:  # what the direct comparison allows too
@@ -407,7 +532,7 @@ def _weight_rows(weights: WeightMap, target, dtype) -> tuple[list[LayerRow], set
     for pair in weights.pairs:
         for t_name, f_name in pair.tensors():
             have = to_numpy(values[(pair.flax.path, f_name)])
-            full = to_numpy(pair.torch.tensors[t_name])
+            full = to_numpy(pair.torch.tensor(t_name))
             want = pair.rule.convert(t_name, full, "flax").astype(have.dtype)
             path = f"{pair.flax.path}/{f_name}".lstrip("/")
             name = pair.torch.full_name(t_name)
@@ -433,15 +558,16 @@ def _coarser(leaf_dtype, torch_dtype, run_dtype) -> bool:
     return bits[leaf_dtype] < min(bits[torch_dtype], bits[run_dtype])
 
 
-def _marked(rows: list[LayerRow], pair: CallPair, gap) -> list[LayerRow]:
-    """``rows`` of one pair of calls, marked with how the calls were paired and ``gap``: the
-    modules left unpaired that ran right before them (forward for outputs, backward for
-    gradients)."""
-    for r in rows:
+def _marked(rows: list[LayerRow | None], pair: CallPair, gap) -> list[LayerRow]:
+    """``rows`` of one pair of calls (None: not compared), marked with how the calls were
+    paired and ``gap``: the modules left unpaired that ran right before them (forward for
+    outputs, backward for gradients)."""
+    kept = [r for r in rows if r is not None]
+    for r in kept:
         if pair.by_position:
             r.by_position = (pair.torch.type_name, pair.flax.type_name)
         r.unpaired_before = gap
-    return rows
+    return kept
 
 
 def _output_rows(concrete, judge: _Judge, channels_last) -> tuple[list[LayerRow], list[str]]:
@@ -451,7 +577,8 @@ def _output_rows(concrete, judge: _Judge, channels_last) -> tuple[list[LayerRow]
     for pair, f, ref in concrete:
         t = pair.torch
         refs = ref.outputs if ref is not None and len(ref.outputs) == len(t.outputs) else None
-        shared, t_only, f_only = corresponding_outputs(t.outputs, f.outputs, channels_last)
+        match = match_outputs(t.outputs, f.outputs, channels_last)
+        shared, t_only, f_only = match.pairs, match.torch_only, match.flax_only
         t_main, f_main = _first_float(t.outputs), _first_float(f.outputs)
         if not shared and t_main is not None and f_main is not None:
             # nothing fits where both return arrays: a wrong shape, a numeric failure
@@ -462,19 +589,21 @@ def _output_rows(concrete, judge: _Judge, channels_last) -> tuple[list[LayerRow]
                if _in_flax_layout(a, b.shape, channels_last) is not None]
         # shadow mode: the port's own input, from torch's values one step before
         rows += _marked([judge.row("input", t.path + (f"[{k}]" if n > 1 else ""),
-                                   f.path + (f"[{k}]" if n > 1 else ""), a, b, 0)
+                                   f.path + (f"[{k}]" if n > 1 else ""), a, b, 0,
+                                   start=t.start)
                          for k, a, b in own], pair, pair.before)
         rows += _marked([judge.row("output", t.path + t.outputs[i][0], f.path + f.outputs[j][0],
                                    t.outputs[i][1], f.outputs[j][1], 0,
-                                   None if refs is None else refs[i][1])
+                                   None if refs is None else refs[i][1], start=t.start)
                          for i, j in shared], pair, pair.before)
         for side, call, only in (("torch", t, t_only), ("Flax", f, f_only)):
             for k in only:
                 leaf, a = call.outputs[k]
                 dtype = np.asarray(a).dtype
-                what = ("a floating-point array the other side does not return"
-                        if is_float(dtype) else "not an array" if dtype == object
-                        else "not a floating-point array")
+                what = match.why.get((side.lower(), k)) or (
+                    "a floating-point array the other side does not return"
+                    if is_float(dtype) else "not an array" if dtype == object
+                    else "not a floating-point array")
                 shape = "" if dtype == object else f", {_shape_text(a)}"
                 one_sided.append(f"{call.path or '(model)'}{leaf} ({side}{shape}): {what}")
     return rows, list(dict.fromkeys(one_sided))
@@ -519,7 +648,7 @@ def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
     rows, done = [], set()
     for pair, f, ref in sorted(concrete, key=lambda c: -c[0].torch.start):
         t, weight_pair = pair.torch, by_torch.get(pair.torch.path)
-        at_call = []
+        at_call: list[LayerRow | None] = []
         if weight_pair is not None and t.start == first_start[t.path]:
             at_call += _parameter_rows(weight_pair, t_run, f_run, ref_run, judge, copies)
             done.add(t.path)
@@ -529,7 +658,7 @@ def _gradient_rows(concrete, t_run, f_run, ref_run, weights: WeightMap,
                 continue  # nothing reached this input in torch
             suffix = f"[{i}]" if len(t.input_grads) > 1 else ""
             at_call.append(judge.row("input gradient", t.path + suffix, f.path + suffix, a, b,
-                                     1, r))
+                                     1, r, start=t.start))
         rows += _marked(at_call, pair, pair.after)
     for weight_pair in reversed(weights.pairs):
         if weight_pair.torch.name not in done:
@@ -545,15 +674,16 @@ def _parameter_rows(pair, t_run, f_run, ref_run, judge: _Judge,
     rows = []
     for t_name, f_name in pair.tensors():
         full = pair.torch.full_name(t_name)
-        if full not in t_run.grads:
+        grad = pair.torch.grad(t_run.grads, t_name)
+        if grad is None:
             continue  # a buffer, or a tied name (compared under the first)
         f_path = f"{pair.flax.path}/{f_name}".lstrip("/")
-        t = pair.rule.convert(t_name, t_run.grads[full], "flax")
-        ref = (pair.rule.convert(t_name, ref_run.grads[full], "flax")
-               if ref_run is not None and full in ref_run.grads else None)
+        t = pair.rule.convert(t_name, grad, "flax")
+        ref_grad = None if ref_run is None else pair.torch.grad(ref_run.grads, t_name)
+        ref = None if ref_grad is None else pair.rule.convert(t_name, ref_grad, "flax")
         j = f_run.grads.get(f_path)
         if j is None:
-            rows.append(LayerRow("gradient", full, f_path, tuple(t_run.grads[full].shape),
+            rows.append(LayerRow("gradient", full, f_path, tuple(grad.shape),
                                  math.inf, math.inf, 0.0, False, "no gradient on the Flax side"))
             continue
         also = [(p, n, f"{p.flax.path}/{f}".lstrip("/")) for p, n, f in copies.get(full, [])]
@@ -561,9 +691,11 @@ def _parameter_rows(pair, t_run, f_run, ref_run, judge: _Judge,
             if path in f_run.grads:
                 j = j + pair.rule.convert(t_name, p.rule.convert(n, f_run.grads[path], "torch"),
                                           "flax")
-        rows.append(judge.row("gradient", full, " + ".join([f_path] + [a for *_, a in also]),
-                              t, j, 1, ref, layout=False))
-        rows[-1].shape = tuple(t_run.grads[full].shape)
+        row = judge.row("gradient", full, " + ".join([f_path] + [a for *_, a in also]),
+                        t, j, 1, ref, layout=False)
+        if row is not None:  # a parameter's gradient is in the weight's layout: always told
+            row.shape = tuple(grad.shape)
+            rows.append(row)
     return rows
 
 

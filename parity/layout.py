@@ -10,20 +10,29 @@ type holding a 2-d ``weight`` may pair with a Flax ``kernel`` as it is or transp
 becomes the Flax side's (channels-first moved last). Nothing here reads a model, pairs
 layers or runs one: ``parity.record_torch`` / ``parity.record_flax``, ``parity.description``
 and ``parity.pairing`` build on it.
+
+Equinox ports have rules of their own (``side="equinox"``): Equinox keeps torch's layouts
+but for three things, a convolution's bias (``[out, 1, ..., 1]``), a transposed
+convolution's kernel (a convolution's ``[out, in/g, *k]``, spatially flipped) and
+``MultiheadAttention`` (torch's packed ``in_proj_weight`` is Equinox's ``query_proj``,
+``key_proj`` and ``value_proj`` weights one above the other).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-__all__ = ["INFERRED", "LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule", "TorchLayer",
-           "flax_layout", "get_value", "inferred_rules", "is_nnx_module", "nnx_modules",
-           "register", "registered_rules", "set_value", "unregister"]
+__all__ = ["EQUINOX", "INFERRED", "LAYOUT_RULES", "RAW", "raw_rule", "FlaxLayer", "LayoutRule",
+           "TorchLayer", "flax_layout", "get_value", "inferred_rules", "is_eqx_module",
+           "is_nnx_module", "nnx_modules", "register", "registered_rules", "set_value",
+           "split_part", "unregister"]
 
 
 # --------------------------------------------------------------------------- layout rules
@@ -51,24 +60,65 @@ def _conv_transpose_to_torch(k):
     return k.transpose((k.ndim - 2, k.ndim - 1) + tuple(range(k.ndim - 2)))
 
 
+EQUINOX = "equinox"
+
+
 @dataclasses.dataclass(frozen=True)
 class LayoutRule:
-    """How one kind of torch layer's tensors become one Flax layer's leaves."""
+    """How one kind of torch layer's tensors become one Flax (or Equinox) layer's leaves.
+
+    ``leaves``: torch tensor name -> leaf name, or a tuple of leaf names for a tensor that
+    is those leaves stacked in equal parts along axis 0 (torch's packed attention
+    projection); each part is then its own tensor, "name[k/n]" (``parts``)."""
 
     kind: str
     torch_types: tuple[type, ...]
-    leaves: dict[str, str]  # torch tensor name -> Flax leaf name
+    leaves: Mapping[str, str | tuple[str, ...]]
     to_flax: dict[str, Callable[[np.ndarray], np.ndarray]]  # by torch tensor name
     to_torch: dict[str, Callable[[np.ndarray], np.ndarray]]
     flax_types: tuple[str, ...] = ()  # Flax class names this rule is for
     weight_ndims: tuple[int, ...] = (1,)  # ranks torch's ``weight`` may have
+    side: str | None = "flax"  # the layers it is for: "flax", "equinox", None (either)
 
     def flax_leaf(self, tensor_name: str) -> str | None:
-        return self.leaves.get(tensor_name)
+        """The leaf a tensor (or a part of one, "name[k/n]") goes to."""
+        name, k, n = split_part(tensor_name)
+        leaf = self.leaves.get(name)
+        if isinstance(leaf, tuple):
+            return leaf[k] if n == len(leaf) else None
+        return leaf if n == 1 else None
+
+    def parts(self, tensor_names) -> list[tuple[str, str | None]]:
+        """(torch tensor or part, leaf) for each of ``tensor_names``: a tensor stacked from
+        several leaves gives one part per leaf ("in_proj_weight[0/3]"); a tensor the rule
+        does not name gives (name, None)."""
+        out: list[tuple[str, str | None]] = []
+        for name in tensor_names:
+            leaf = self.leaves.get(name)
+            if isinstance(leaf, tuple):
+                out += [(f"{name}[{k}/{len(leaf)}]", part) for k, part in enumerate(leaf)]
+            else:
+                out.append((name, leaf))
+        return out
 
     def convert(self, tensor_name: str, array: np.ndarray, to: str) -> np.ndarray:
         fns = self.to_flax if to == "flax" else self.to_torch
-        return np.ascontiguousarray(fns.get(tensor_name, _same)(array))
+        return np.ascontiguousarray(fns.get(split_part(tensor_name)[0], _same)(array))
+
+
+_PART = re.compile(r"(.+)\[(\d+)/(\d+)\]")
+
+
+def split_part(name: str) -> tuple[str, int, int]:
+    """A tensor name or part: "in_proj_weight[1/3]" -> ("in_proj_weight", 1, 3), the second
+    of three equal parts along axis 0; "weight" -> ("weight", 0, 1)."""
+    m = _PART.fullmatch(name)
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else (name, 0, 1)
+
+
+def _part_rows(length: int, k: int, n: int) -> slice:
+    size = length // n
+    return slice(k * size, (k + 1) * size)
 
 
 _NORM = {"weight": "scale", "bias": "bias"}
@@ -95,6 +145,100 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
                (2,)),
 )
 
+
+
+# --------------------------------------------------------------------------- Equinox
+
+
+def _bias_to_eqx(ndim: int):  # [out] -> [out, 1, ..., 1]: Equinox's convolution bias
+    return lambda b: b.reshape((-1,) + (1,) * ndim)
+
+
+def _flatten(b):
+    return b.reshape(-1)
+
+
+def _conv_transpose_to_eqx(w, groups: int = 1):
+    """torch [in, out/g, *k] -> Equinox [out, in/g, *k], spatially flipped: Equinox computes a
+    transposed convolution as a convolution of the dilated input."""
+    i, og, k = w.shape[0], w.shape[1], w.shape[2:]
+    w = w.reshape((groups, i // groups, og) + k).swapaxes(1, 2).reshape(
+        (groups * og, i // groups) + k)
+    return np.flip(w, tuple(range(2, w.ndim)))
+
+
+def _conv_transpose_to_torch_from_eqx(w, groups: int = 1):
+    w = np.flip(w, tuple(range(2, w.ndim)))
+    o, ig, k = w.shape[0], w.shape[1], w.shape[2:]
+    return w.reshape((groups, o // groups, ig) + k).swapaxes(1, 2).reshape(
+        (groups * ig, o // groups) + k)
+
+
+_WEIGHT_BIAS = {"weight": "weight", "bias": "bias"}
+_QKV = ("query_proj", "key_proj", "value_proj")
+
+EQUINOX_RULES: tuple[LayoutRule, ...] = (
+    LayoutRule("equinox linear", (torch.nn.Linear,), _WEIGHT_BIAS, {}, {}, ("Linear",), (2,),
+               EQUINOX),
+    *(LayoutRule("equinox conv", (conv,), _WEIGHT_BIAS, {"bias": _bias_to_eqx(nd)},
+                 {"bias": _flatten}, ("Conv",), (nd + 2,), EQUINOX)
+      for nd, conv in enumerate(_CONVS, 1)),
+    *(LayoutRule("equinox conv_transpose", (conv,), _WEIGHT_BIAS,
+                 {"weight": _conv_transpose_to_eqx, "bias": _bias_to_eqx(nd)},
+                 {"weight": _conv_transpose_to_torch_from_eqx, "bias": _flatten},
+                 ("ConvTranspose",), (nd + 2,), EQUINOX)
+      for nd, conv in enumerate(_CONV_TRANSPOSES, 1)),
+    LayoutRule("equinox batch_norm", (torch.nn.modules.batchnorm._BatchNorm,),
+               {**_WEIGHT_BIAS, "running_mean": "running_mean", "running_var": "running_var"},
+               {}, {}, ("BatchNorm",), (1,), EQUINOX),
+    LayoutRule("equinox layer_norm", (torch.nn.LayerNorm,), _WEIGHT_BIAS, {}, {},
+               ("LayerNorm",), (), EQUINOX),
+    LayoutRule("equinox group_norm", (torch.nn.GroupNorm,), _WEIGHT_BIAS, {}, {},
+               ("GroupNorm",), (1,), EQUINOX),
+    LayoutRule("equinox rms_norm", (torch.nn.RMSNorm,), {"weight": "weight"}, {}, {},
+               ("RMSNorm",), (), EQUINOX),
+    LayoutRule("equinox embedding", (torch.nn.Embedding,), {"weight": "weight"}, {}, {},
+               ("Embedding",), (2,), EQUINOX),
+    # torch's packed projection is query, key and value one above the other; with kdim or
+    # vdim it holds them apart; out_proj is a Linear that torch never calls as a module.
+    LayoutRule("equinox multihead_attention", (torch.nn.MultiheadAttention,),
+               {"in_proj_weight": tuple(f"{p}/weight" for p in _QKV),
+                "in_proj_bias": tuple(f"{p}/bias" for p in _QKV),
+                "q_proj_weight": "query_proj/weight", "k_proj_weight": "key_proj/weight",
+                "v_proj_weight": "value_proj/weight",
+                "out_proj.weight": "output_proj/weight", "out_proj.bias": "output_proj/bias"},
+               {}, {}, ("MultiheadAttention",), (), EQUINOX),
+)
+
+
+_GROUPED: dict[tuple[int, int], LayoutRule] = {}
+
+
+def _grouped(rule: LayoutRule, groups: int) -> LayoutRule:
+    """An Equinox transposed convolution's rule for ``groups`` groups (the kernel's layout
+    depends on them); one object per rule and count, so that layers of one type share it."""
+    key = (id(rule), groups)
+    if key not in _GROUPED:
+        _GROUPED[key] = _grouped_rule(rule, groups)
+    return _GROUPED[key]
+
+
+def _grouped_rule(rule: LayoutRule, groups: int) -> LayoutRule:
+    return dataclasses.replace(
+        rule, to_flax={**rule.to_flax, "weight": functools.partial(_conv_transpose_to_eqx,
+                                                                  groups=groups)},
+        to_torch={**rule.to_torch, "weight": functools.partial(
+            _conv_transpose_to_torch_from_eqx, groups=groups)})
+
+
+def is_eqx_module(obj) -> bool:
+    """Whether ``obj`` is an ``equinox.Module`` (False where Equinox is not installed)."""
+    import sys
+
+    eqx = sys.modules.get("equinox")  # a module of its type exists only once it is imported
+    return eqx is not None and isinstance(obj, eqx.Module)
+
+
 RAW = "raw"
 INFERRED = "inferred"  # the prefix of an inferred rule's kind
 
@@ -102,7 +246,7 @@ INFERRED = "inferred"  # the prefix of an inferred rule's kind
 def raw_rule(tensor_names) -> LayoutRule:
     """Raw parameters: each tensor is the Flax leaf of the same name, as it is (a module of
     no known type, such as ViT's embeddings with ``cls_token`` and ``position_embeddings``)."""
-    return LayoutRule(RAW, (), {n: n for n in tensor_names}, {}, {}, (), ())
+    return LayoutRule(RAW, (), {n: n for n in tensor_names}, {}, {}, (), (), None)
 
 
 _KERNEL_LEAVES = {"weight": "kernel", "bias": "bias"}
@@ -110,15 +254,20 @@ _INFERRED_RULES = (
     LayoutRule(f"{INFERRED}: kernel as it is", (), _KERNEL_LEAVES, {}, {}, (), (2,)),
     LayoutRule(f"{INFERRED}: kernel transposed", (), _KERNEL_LEAVES, {"weight": np.transpose},
                {"weight": np.transpose}, (), (2,)),
+    # an Equinox Linear's weight is [out, in], as torch's Linear holds it
+    LayoutRule(f"{INFERRED}: weight as it is", (), _WEIGHT_BIAS, {}, {}, ("Linear",), (2,),
+               EQUINOX),
+    LayoutRule(f"{INFERRED}: weight transposed", (), _WEIGHT_BIAS, {"weight": np.transpose},
+               {"weight": np.transpose}, ("Linear",), (2,), EQUINOX),
 )
 
 
 def inferred_rules(tensors: Mapping[str, Any]) -> list[LayoutRule]:
     """The rules a module of no known type may follow besides ``raw_rule``: a 2-d ``weight``
-    (and a ``bias``) as a Flax ``kernel`` (and ``bias``), as it is or transposed (GPT-2's
-    ``Conv1D`` holds a Linear's weight as [in, out]). The shapes pick one; where both fit
-    (a square weight), ``parity.pairing`` decides from the layers of the same types that
-    fit one only, or refuses."""
+    (and a ``bias``) as a Flax ``kernel`` (and ``bias``), or an Equinox Linear's ``weight``,
+    as it is or transposed (GPT-2's ``Conv1D`` holds a Linear's weight as [in, out]). The
+    shapes pick one; where both fit (a square weight), ``parity.pairing`` decides from the
+    layers of the same types that fit one only, or refuses."""
     w = tensors.get("weight")
     if w is None or len(tuple(w.shape)) != 2 or not set(tensors) <= set(_KERNEL_LEAVES):
         return []
@@ -166,7 +315,7 @@ def register(torch_type: type, leaves: Mapping[str, str], *,
         raise ValueError("to_flax and to_torch must convert the same tensors (one undoes the "
                          f"other), got {sorted(to_flax)} and {sorted(to_torch)}")
     rule = LayoutRule(kind or f"registered: {torch_type.__name__}", (torch_type,), dict(leaves),
-                      to_flax, to_torch, tuple(flax_types), ())
+                      to_flax, to_torch, tuple(flax_types), (), None)
     _REGISTERED.insert(0, rule)
     return rule
 
@@ -200,10 +349,30 @@ class TorchLayer:
         type (one holding ``nn.Parameter`` attributes of its own: a class token, position
         embeddings, a layer scale), ``raw_rule``: the same names and shapes."""
         if self.module is None:
-            return list(LAYOUT_RULES) + [raw_rule(self.tensors)] + inferred_rules(self.tensors)
-        known = [r for r in registered_rules() + LAYOUT_RULES
+            return (list(LAYOUT_RULES + EQUINOX_RULES) + [raw_rule(self.tensors)]
+                    + inferred_rules(self.tensors))
+        groups = getattr(self.module, "groups", 1)
+        known = [_grouped(r, groups) if r.kind == "equinox conv_transpose" and groups != 1
+                 else r for r in registered_rules() + LAYOUT_RULES + EQUINOX_RULES
                  if isinstance(self.module, r.torch_types)]
         return known or [raw_rule(self.tensors)] + inferred_rules(self.tensors)
+
+    def tensor(self, part: str) -> torch.Tensor:
+        """A tensor by name, or a part of one ("in_proj_weight[0/3]": a view of its rows)."""
+        name, k, n = split_part(part)
+        t = self.tensors[name]
+        return t if n == 1 else t[_part_rows(t.shape[0], k, n)]
+
+    def tensor_shape(self, part: str) -> tuple[int, ...]:
+        name, k, n = split_part(part)
+        shape = tuple(self.tensors[name].shape)
+        return shape if n == 1 else (shape[0] // n,) + shape[1:]
+
+    def grad(self, grads: Mapping[str, Any], part: str):
+        """A tensor's (or a part's) gradient from ``grads`` (by full name), or None."""
+        name, k, n = split_part(part)
+        g = grads.get(self.full_name(name))
+        return g if g is None or n == 1 else g[_part_rows(g.shape[0], k, n)]
 
     @property
     def tied(self) -> bool:
@@ -211,7 +380,14 @@ class TorchLayer:
         return bool(self.tensors) and set(self.ties) == set(self.tensors)
 
     def full_name(self, tensor: str) -> str:
-        return f"{self.name}.{tensor}" if self.name else tensor
+        """The tensor's name in the state dict; a part's with its rows
+        ("attn.in_proj_weight[0:16]")."""
+        name, k, n = split_part(tensor)
+        full = f"{self.name}.{name}" if self.name else name
+        if n == 1:
+            return full
+        rows = _part_rows(self.tensors[name].shape[0], k, n)
+        return f"{full}[{rows.start}:{rows.stop}]"
 
 
 @dataclasses.dataclass
@@ -221,7 +397,8 @@ class FlaxLayer:
 
     path: str
     leaves: dict[str, Any]
-    module: Any = None  # the nnx module (it says which layout a ConvTranspose uses)
+    module: Any = None  # the nnx or Equinox module (it says which layout a ConvTranspose uses)
+    side: str = "flax"  # "equinox" for an Equinox port's layer (its leaves as linen's: tuples)
 
     def shape(self, leaf: str) -> tuple:
         v = self.leaves[leaf]

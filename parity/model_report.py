@@ -85,6 +85,10 @@ class ModelReport:
     # output leaves of paired calls that one side returns alone: "<call><leaf> (side,
     # shape): why" (not compared)
     one_sided: list[str] = dataclasses.field(default_factory=list)
+    port: str = "Flax"  # what the port is written in: "Flax" or "Equinox"
+    # rows not compared because the array's layout cannot be told: "<kind> of <torch> /
+    # <port> (shape)"
+    untold: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -104,13 +108,13 @@ class ModelReport:
                 "first_divergence": None if first is None else first.to_dict(),
                 "rows": [r.to_dict() for r in self.rows],
                 "unpaired_torch": self.unpaired_torch, "unpaired_flax": self.unpaired_flax,
-                "one_sided": self.one_sided}
+                "one_sided": self.one_sided, "untold": self.untold}
 
     def _title(self) -> str:
         mode = "train" if self.train else "eval"
         against = ("" if self.reference == "torch" else
                    f", judged against torch in float64")
-        return (f"parity: torch vs Flax, layer by layer ({self.dtype}, {mode} mode, "
+        return (f"parity: torch vs {self.port}, layer by layer ({self.dtype}, {mode} mode, "
                 f"{self.mode}{against})")
 
     def table(self, gradients: bool = True):
@@ -123,7 +127,7 @@ class ModelReport:
         table = Table(title=self._title(), title_justify="left", box=box.SIMPLE_HEAD,
                       pad_edge=False)
         columns: list[tuple[str, Literal["left", "right"]]] = [
-            ("", "left"), ("torch", "left"), ("flax", "left"), ("shape", "left"),
+            ("", "left"), ("torch", "left"), (self.port.lower(), "left"), ("shape", "left"),
             ("max abs err", "right"), ("max rel err", "right")]
         if self.reference != "torch":
             columns.append(("torch's err", "right"))
@@ -169,7 +173,7 @@ class ModelReport:
                     f"{self.mode}; worst error / tolerance {worst:.1e})")
         n_fail = sum(not r.ok for r in self.rows)
         return (f"FAIL: {n_fail} of {len(self.rows)} rows disagree ({self.dtype}, "
-                f"{self.mode}); first divergence: {_where(first)}")
+                f"{self.mode}); first divergence: {_where(first, self.port)}")
 
     def format(self, gradients: bool = True, width: int = 200) -> str:
         """The table as plain text (as wide as it needs, up to ``width``), then what the first
@@ -204,13 +208,19 @@ class ModelReport:
                 "the same pairs, same shapes): " + ", ".join(
                     f"{t} ({t_type}) / {f} ({f_type})"
                     for t, f, (t_type, f_type) in positional))
-        for side, names in (("torch", self.unpaired_torch), ("Flax", self.unpaired_flax)):
+        for side, names in (("torch", self.unpaired_torch), (self.port, self.unpaired_flax)):
             if names:
                 say(f"not compared, no counterpart found ({side}, {len(names)}): "
                     + ", ".join(n or "(model)" for n in names))
         if self.one_sided:
             say(f"not compared, returned by one side only ({len(self.one_sided)}): "
                 + "; ".join(self.one_sided))
+        if self.untold:
+            say(f"not compared, the layout cannot be told ({len(self.untold)}; the shape "
+                "reads the same with axis 1 moved last and as it is, and no other array of "
+                "the call or the model tells which; pass channels_last=False for a port in "
+                "torch's layout, or give the model an input whose shape tells): "
+                + "; ".join(self.untold))
         say(self.summary())
         return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
@@ -223,15 +233,15 @@ class ModelReport:
         return self
 
 
-def _where(r: LayerRow) -> str:
+def _where(r: LayerRow, port: str = "Flax") -> str:
     """Which row fails, in words: its calls, how they were paired, what ran right before."""
     t_type, f_type = (f" {r.by_position[0]}", f" {r.by_position[1]}") if r.by_position else ("", "")
     text = (f"{r.kind} of {r.torch_name or '(model)'} (torch{t_type}) / "
-            f"{r.flax_path or '(model)'} (Flax{f_type})")
+            f"{r.flax_path or '(model)'} ({port}{f_type})")
     if r.by_position:
         text += ", paired by position"
     sides = [f"{', '.join(n or '(model)' for n in names)} ({side})"
-             for side, names in zip(("torch", "Flax"), r.unpaired_before) if names]
+             for side, names in zip(("torch", port), r.unpaired_before) if names]
     if sides:
         text += "; right before it, not compared: " + "; ".join(sides)
     return text

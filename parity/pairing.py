@@ -24,7 +24,9 @@ that lists the candidates and the ``name_map`` entries that would settle it. Eac
 records the signal that made it (``Pair.signal``; ``WeightMap.format()`` prints them). Raw
 parameters (a module of no known type holding ``nn.Parameter`` attributes: a class token,
 position embeddings) follow ``parity.layout.raw_rule``: the leaves of the same names and
-shapes.
+shapes, never an Equinox layer of a type with a rule (Equinox names its Linear's weight as
+torch does: a square weight of another layout would load as it is). Rules are for one side
+(``LayoutRule.side``: Flax or Equinox layers), so that one torch type has a rule for each.
 
 Module calls (``pair_calls``, where both descriptions hold calls): every recorded call of a module with weights goes with the
 calls of its weight pair; ``name_map`` entries (any module, with weights or not) and the two
@@ -39,8 +41,9 @@ pools: an adaptive pool ported as a fixed one), with the same input and output s
 Weights never pair by position: a wrong positional pair costs one misleading row, a wrong
 weight pair a silently wrong load. Shapes fit when the main input and the main output (the
 first floating-point array of each) do, so that a block returning (output, weights) on one
-side pairs with one returning its output alone; ``corresponding_outputs`` says which output
-leaves are then compared. A module applied unbound inside a linen model (a tied head's
+side pairs with one returning its output alone; ``match_outputs`` says which output leaves
+are then compared: those both sides put at the same place (names, positions in the same
+structure) and the main outputs, never two leaves that only a shape would pair. A module applied unbound inside a linen model (a tied head's
 ``Dense.apply``) is recorded under its own label, never as the model.
 
 Tied torch weights (one tensor under several names, ``TorchLayer.ties``) pair once, under
@@ -66,12 +69,12 @@ import numpy as np
 
 from .calls import Call, Run
 from .description import ModelDescription, describe_flax, describe_torch
-from .layout import (INFERRED, LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer,
+from .layout import (EQUINOX, INFERRED, LAYOUT_RULES, RAW, FlaxLayer, LayoutRule, TorchLayer,
                      flax_layout, registered_rules)
 
-__all__ = ["Alignment", "Call", "CallPair", "Pair", "Run", "WeightMap", "align",
-           "corresponding_outputs", "format_alignment", "kind", "match_weights", "name_keys",
-           "name_tokens", "pair_calls"]
+__all__ = ["Alignment", "Call", "CallPair", "OutputMatch", "Pair", "Run", "WeightMap", "align",
+           "corresponding_outputs", "format_alignment", "kind", "match_outputs",
+           "match_weights", "name_keys", "name_tokens", "pair_calls"]
 
 
 # --------------------------------------------------------------------------- the alignment
@@ -396,33 +399,109 @@ def _shapes_fit(t: Call, f: Call, channels_last: bool) -> bool:
                for a, b in ((t_in, f_in), (t_out, f_out)))
 
 
+@dataclasses.dataclass
+class OutputMatch:
+    """Which output leaves of two paired calls are compared (``pairs``: (torch index, Flax
+    index)), which each side returns alone (``torch_only``, ``flax_only``), and why, where
+    the reason is more than "the other side has no such leaf" (``why``: (side, index) ->
+    reason, side "torch" or "flax")."""
+
+    pairs: list[tuple[int, int]]
+    torch_only: list[int]
+    flax_only: list[int]
+    why: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict)
+
+
+def _path_key(path: str) -> tuple[str, ...]:
+    """A leaf's place in its structure, in words both sides use: "['logits'][0]" and
+    ".logits[0]" are both ("logits", "0")."""
+    return tuple(re.findall(r"[A-Za-z0-9_]+", path))
+
+
+def _outputs_fit(a, b, channels_last: bool) -> bool:
+    """Whether a torch leaf and a Flax leaf have shapes one row can compare (a layout move,
+    or one broadcasting to the other)."""
+    sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
+    if flax_layout(sa, sb, channels_last) is not None:
+        return True
+    if len(sa) != len(sb):
+        return False
+    try:
+        common = tuple(np.broadcast_shapes(sa, sb))
+    except ValueError:
+        return False
+    return common in (sa, sb)
+
+
+def match_outputs(t_outputs: list, f_outputs: list, channels_last: bool) -> OutputMatch:
+    """Which output leaves ((leaf path, array) lists) of two paired calls are compared,
+    by what both sides say, never by a shape alone:
+
+    * leaves at the same place (the same path: the same names, or the same positions in
+      the same structure) are compared where their shapes fit;
+    * the main outputs (the first floating-point leaf of each side, what the calls were
+      paired by) are compared where both are left and their shapes fit, so that a block
+      returning (output, weights) on one side and its output alone on the other compares
+      its output (BEiT's embeddings return (embeddings, (height, width)) in torch);
+    * a floating-point leaf left over that only its shape would pair with one of the other
+      side's (an attention block's key cache, [batch, heads, length, head size], against
+      the other side's attention weights, [batch, heads, length, length], where the length
+      is the head size) is one-sided, with the reason; so is everything else left.
+    """
+    t_float = [i for i, (_, a) in enumerate(t_outputs) if _is_float_array(a)]
+    f_float = [j for j, (_, a) in enumerate(f_outputs) if _is_float_array(a)]
+    why: dict[tuple[str, int], str] = {}
+    pairs: list[tuple[int, int]] = []
+    f_by_key: dict[tuple, list[int]] = {}
+    for j, (p, _) in enumerate(f_outputs):
+        f_by_key.setdefault(_path_key(p), []).append(j)
+    for i, (p, a) in enumerate(t_outputs):
+        same = f_by_key.get(_path_key(p), [])
+        if len(same) != 1:
+            continue
+        j = same[0]
+        b = f_outputs[j][1]
+        if _is_float_array(a) != _is_float_array(b):
+            continue
+        fits = (_outputs_fit(a, b, channels_last) if _is_float_array(a)
+                else tuple(np.shape(a)) == tuple(np.shape(b)))
+        if fits:
+            pairs.append((i, j))
+        else:
+            text = "x".join(map(str, np.shape(b))) or "scalar"
+            why[("torch", i)] = (f"at the place of Flax's {f_outputs[j][0] or '(output)'} "
+                                 f"({text}), of a shape no row compares with it")
+            why[("flax", j)] = f"at the place of torch's {p or '(output)'}, of another shape"
+    t_done, f_done = {i for i, _ in pairs}, {j for _, j in pairs}
+    if (t_float and f_float and t_float[0] not in t_done and f_float[0] not in f_done
+            and _outputs_fit(t_outputs[t_float[0]][1], f_outputs[f_float[0]][1], channels_last)):
+        pairs.append((t_float[0], f_float[0]))
+    pairs.sort()
+    t_done, f_done = {i for i, _ in pairs}, {j for _, j in pairs}
+    t_left = [i for i in t_float if i not in t_done]
+    f_left = [j for j in f_float if j not in f_done]
+    for side, left, mine, other, other_left, other_side in (
+            ("torch", t_left, t_outputs, f_outputs, f_left, "Flax"),
+            ("flax", f_left, f_outputs, t_outputs, t_left, "torch")):
+        for i in left:
+            if (side, i) in why:
+                continue
+            alike = [other[j][0] or "(output)" for j in other_left
+                     if tuple(np.shape(other[j][1])) == tuple(np.shape(mine[i][1]))]
+            if alike:
+                why[(side, i)] = (f"only its shape would pair it with {other_side}'s "
+                                  f"{', '.join(alike)}: not compared (return it at the same "
+                                  "place or under the same name on both sides to compare it)")
+    return OutputMatch(pairs, [i for i in range(len(t_outputs)) if i not in t_done],
+                       [j for j in range(len(f_outputs)) if j not in f_done], why)
+
+
 def corresponding_outputs(t_outputs: list, f_outputs: list, channels_last: bool
                           ) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     """Which output leaves of two paired calls are compared: ((torch index, Flax index), ...)
-    and the indices each side returns alone. Floating-point leaves pair in order, each
-    torch leaf with the next Flax leaf whose shape fits (BEiT's embeddings return
-    (embeddings, (height, width)) in torch and the embeddings alone in Flax); other leaves
-    (integers, Python numbers) pair only where both sides return the same number of leaves,
-    at the same place and of the same shape."""
-    t_float = [i for i, (_, a) in enumerate(t_outputs) if _is_float_array(a)]
-    f_float = [j for j, (_, a) in enumerate(f_outputs) if _is_float_array(a)]
-    pairs, k = [], 0
-    for i in t_float:
-        for n in range(k, len(f_float)):
-            j = f_float[n]
-            if flax_layout(t_outputs[i][1].shape, f_outputs[j][1].shape,
-                           channels_last) is not None:
-                pairs.append((i, j))
-                k = n + 1
-                break
-    if len(t_outputs) == len(f_outputs):
-        pairs += [(i, i) for i, ((_, a), (_, b)) in enumerate(zip(t_outputs, f_outputs))
-                  if not _is_float_array(a) and not _is_float_array(b)
-                  and tuple(np.shape(a)) == tuple(np.shape(b))]
-    pairs.sort()
-    t_done, f_done = {i for i, _ in pairs}, {j for _, j in pairs}
-    return (pairs, [i for i in range(len(t_outputs)) if i not in t_done],
-            [j for j in range(len(f_outputs)) if j not in f_done])
+    and the indices each side returns alone (``match_outputs``, without the reasons)."""
+    m = match_outputs(t_outputs, f_outputs, channels_last)
+    return m.pairs, m.torch_only, m.flax_only
 
 
 # --------------------------------------------------------------------------- weights
@@ -439,8 +518,10 @@ class Pair:
     evidence: str = ""  # what picked an inferred rule's transform (the shapes, other layers)
 
     def tensors(self):
-        """(torch tensor name, Flax leaf name) for each tensor of the pair."""
-        return [(t, self.rule.flax_leaf(t)) for t in self.torch.tensors]
+        """(torch tensor name, Flax leaf name) for each tensor of the pair; a tensor that is
+        several leaves gives one part per leaf ("in_proj_weight[0/3]",
+        ``parity.layout.LayoutRule.parts``)."""
+        return self.rule.parts(self.torch.tensors)
 
 
 @dataclasses.dataclass
@@ -468,16 +549,22 @@ class WeightMap:
 def _shape_diffs(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> list[str] | None:
     """None if ``rule`` maps t's tensors to other leaf names than f has; else the leaves whose
     shapes disagree (empty: every shape fits)."""
-    if {rule.flax_leaf(n) for n in t.tensors} != set(f.leaves):
+    parts = rule.parts(t.tensors)
+    if {leaf for _, leaf in parts} != set(f.leaves) or len(parts) != len(f.leaves):
         return None
     diffs = []
-    for n, x in t.tensors.items():
-        want = rule.convert(n, np.empty(tuple(x.shape), np.int8), "flax").shape
-        have = f.shape(rule.flax_leaf(n) or "")
+    for n, leaf in parts:
+        shape = t.tensor_shape(n)
+        want = rule.convert(n, np.empty(shape, np.int8), "flax").shape
+        have = f.shape(leaf or "")
         if want != have:
-            diffs.append(f"{rule.flax_leaf(n)} {want} from torch's {t.full_name(n)} "
-                         f"{tuple(x.shape)} vs {have} in Flax")
+            diffs.append(f"{leaf} {want} from torch's {t.full_name(n)} "
+                         f"{shape} vs {have} in {_side_name(f)}")
     return diffs
+
+
+def _side_name(f: FlaxLayer) -> str:
+    return "Equinox" if f.side == EQUINOX else "Flax"
 
 
 def _flax_type(f: FlaxLayer) -> str | None:
@@ -492,7 +579,11 @@ def _flax_type(f: FlaxLayer) -> str | None:
 
 def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
     if rule.kind == RAW:
-        return _shape_diffs(rule, t, f) == []
+        # Equinox's own layers have rules: raw names would load a square weight of another
+        # layout (GPT-2's Conv1D into a Linear) as it is
+        return not _equinox_layer(f) and _shape_diffs(rule, t, f) == []
+    if rule.side is not None and rule.side != f.side:
+        return False
     if rule.flax_types:
         if f.module is not None and not any(c.__name__ in rule.flax_types
                                             for c in type(f.module).__mro__):
@@ -503,11 +594,16 @@ def _fits(rule: LayoutRule, t: TorchLayer, f: FlaxLayer) -> bool:
     if ("weight" in t.tensors and rule.weight_ndims
             and t.tensors["weight"].ndim not in rule.weight_ndims):
         return False
-    if rule.kind.startswith("conv_transpose") and f.module is not None:
+    if rule.kind.startswith("conv_transpose") and f.module is not None and f.side == "flax":
         flipped = not getattr(f.module, "transpose_kernel", False)
         if flipped != (rule.kind == "conv_transpose"):
             return False
     return _shape_diffs(rule, t, f) == []
+
+
+def _equinox_layer(f: FlaxLayer) -> bool:
+    """Whether ``f`` is one of Equinox's own layers (``equinox.nn``), which have rules."""
+    return f.side == EQUINOX and type(f.module).__module__.startswith("equinox.")
 
 
 def _rule(t: TorchLayer, f: FlaxLayer) -> LayoutRule | None:
@@ -662,7 +758,7 @@ def _settle_transforms(pairs: list[Pair]) -> None:
 
 def _transform_message(open_) -> str:
     lines = ["the layout of these torch layers' weights cannot be told: their type has no "
-             "layout rule, a square weight fits the Flax kernel both as it is and "
+             "layout rule, a square weight fits the port's layer both as it is and "
              "transposed, and the other layers of the same types do not settle it:"]
     for p, fitting, kinds in open_:
         seen = ("" if not kinds else "; the others of its types fit "
@@ -671,10 +767,11 @@ def _transform_message(open_) -> str:
                      f"{p.flax.path or '(root)'}: "
                      + ", ".join(r.kind.split(": ")[1] for r in fitting) + seen)
     types_ = ", ".join(dict.fromkeys(p.torch.type_name for p, _, _ in open_))
+    leaf = "weight" if any(p.flax.side == EQUINOX for p, _, _ in open_) else "kernel"
     lines.append(f"Register the layout of the type ({types_}) with parity.layout.register: "
-                 f"register(<type>, {{\"weight\": \"kernel\", \"bias\": \"bias\"}}, "
+                 f"register(<type>, {{\"weight\": \"{leaf}\", \"bias\": \"bias\"}}, "
                  "to_flax={\"weight\": np.transpose}, to_torch={\"weight\": np.transpose}) "
-                 "for a kernel that is the weight transposed, or without to_flax and "
+                 f"for a {leaf} that is the torch weight transposed, or without to_flax and "
                  "to_torch for one that is the weight as it is.")
     return "\n".join(lines)
 

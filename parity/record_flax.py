@@ -26,7 +26,7 @@ import numpy as np
 
 from .checks import short_exc
 from .convert import output_leaves, to_numpy
-from .calls import Call, Run
+from .calls import Call, Run, map_output_leaves
 from .layout import get_value, is_nnx_module, nnx_modules, set_value
 
 __all__ = ["Program", "Shadow", "order", "program", "run", "trace"]
@@ -217,6 +217,18 @@ def _fits(a, value) -> bool:
     return value is not None and tuple(np.shape(value)) == tuple(a.shape)
 
 
+def replace_cotangents(out, grads: list, skip=None):
+    """``out`` with the cotangent of each output leaf replaced by ``grads`` (by the leaf's
+    index in ``output_leaves``' order: through tuples, dicts and ModelOutputs alike; None
+    keeps backpropagation's)."""
+    def replace(j, y):
+        if _is_float(y) and j < len(grads) and _fits(y, g := grads[j]):
+            return _replace_cotangent(y, jnp.asarray(g, y.dtype))
+        return y
+
+    return map_output_leaves(out, replace, skip)
+
+
 def _hook(calls: list[Call], probes: list | None, shadow: Mapping[int, Shadow] | None,
           abstract: bool) -> Hook:
     """Appends a Call per module call as it returns (``abstract``: shapes only)."""
@@ -242,11 +254,7 @@ def _hook(calls: list[Call], probes: list | None, shadow: Mapping[int, Shadow] |
         record.own_inputs = own if sub is not None else []
         out = call(*args, **kwargs)
         if sub is not None and sub.output_grads:
-            leaves, tree = jax.tree_util.tree_flatten(out)
-            leaves = [_replace_cotangent(y, jnp.asarray(g, y.dtype)) if _is_float(y)
-                      and j < len(sub.output_grads) and _fits(y, g := sub.output_grads[j]) else y
-                      for j, y in enumerate(leaves)]
-            out = jax.tree_util.tree_unflatten(tree, leaves)
+            out = replace_cotangents(out, sub.output_grads)
         record.outputs = out
         if abstract:  # as a run's calls hold them: (leaf path, array), here shapes only
             record.inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in record.inputs]
@@ -305,7 +313,9 @@ def run(prog: Program, x, loss_weights: list, calls: list[Call], *, gradients: b
         y = prog.apply(params, x, _hook(recorded, probes, shadow, False), prog.rest)
         meta[:] = [Call(c.path, c.type_name, c.start) for c in recorded]
         ys = [a for _, a in output_leaves(y) if _is_float(a)]
-        loss = sum(jnp.sum(jnp.asarray(w) * a) for w, a in zip(loss_weights, ys))
+        # a float even with no weights (a port whose trace failed): its own error shows
+        loss = sum((jnp.sum(jnp.asarray(w) * a) for w, a in zip(loss_weights, ys)),
+                   jnp.zeros((), jnp.float32))
         return loss, [(c.inputs, c.outputs, c.own_inputs) for c in recorded]
 
     try:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .convert import map_arrays, output_leaves, to_numpy, to_torch
-from .calls import Call, Run
+from .calls import Call, Run, map_output_leaves
 
 __all__ = ["run"]
 
@@ -56,24 +56,12 @@ def _leaf_value(a) -> np.ndarray:
     return np.array(None, dtype=object)
 
 
-def _map_tensors(out, fn):
-    """``out`` with ``fn(tensor)`` in place of each tensor in it, through tuples, lists and
-    named tuples (what modules return; other containers are left as they are)."""
-    if isinstance(out, torch.Tensor):
-        return fn(out)
-    if isinstance(out, (tuple, list)) and type(out) in (tuple, list):
-        return type(out)(_map_tensors(o, fn) for o in out)
-    if isinstance(out, tuple) and hasattr(type(out), "_fields"):
-        return type(out)(*(_map_tensors(o, fn) for o in out))
-    return out
-
-
 def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], list], *,
         gradients: bool, shadow: Mapping[int, Call] | None = None,
         kwargs: Mapping[str, Any] | None = None) -> Run:
     """Run ``model`` on ``x`` (and ``kwargs``: arrays become tensors, as they are) and, with
-    ``gradients``, backpropagate ``sum(w * output)`` (``loss_weights(outputs)`` draws the
-    ``w``: one per floating-point output leaf). ``shadow``: by call start, the recorded call
+    ``gradients``, backpropagate ``sum(w * output)`` (``loss_weights(leaves)`` draws the
+    ``w``: one per floating-point output leaf, given as (leaf path, tensor)). ``shadow``: by call start, the recorded call
     whose inputs (and output cotangents) a call takes instead of its own. Each call's
     ``output_grads`` is parallel to its output leaves (None where not differentiated)."""
     calls: list[Call] = []
@@ -115,28 +103,23 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
         calls.append(call)
         if not gradients:
             return None
-        # a probe per floating-point tensor that a tuple (or a tensor alone) holds, in the
-        # order of the output leaves; None for the leaves of other kinds
-        kinds = [_float(a) for _, a in leaves]
-        outs = probes[call.start][1]
+        # a probe per floating-point tensor among the output leaves (through tuples, named
+        # tuples, dicts and ModelOutputs), in their order; None for the other leaves
+        outs = [None] * len(leaves)
+        probes[call.start] = (probes[call.start][0], outs)
         given = list(sub.output_grads) if sub is not None else []
-        seen = [0]
 
-        def probe(t):
-            j = next((i for i in range(seen[0], len(kinds)) if leaves[i][1] is t), None)
-            if j is None or not kinds[j]:
+        def probe(j, t):
+            if j >= len(leaves) or leaves[j][1] is not t or not _float(t):
                 return t
-            seen[0] = j + 1
             g = given[j] if j < len(given) else None
             if g is not None and tuple(g.shape) == tuple(t.shape):
                 t = _ReplaceCotangent.apply(t, to_torch(g).to(t.dtype))
             p = torch.zeros_like(t, requires_grad=True)
-            outs.extend([None] * (j - len(outs)))
-            outs.append(p)
+            outs[j] = p
             return t + p
 
-        new = _map_tensors(out, probe)
-        return None if new is out else new
+        return map_output_leaves(out, probe)
 
     handles = []
     for m in model.modules():
@@ -147,8 +130,9 @@ def run(model: torch.nn.Module, x: np.ndarray, loss_weights: Callable[[list], li
         with torch.set_grad_enabled(gradients):
             y = model(to_torch(x), **map_arrays(to_torch, dict(kwargs or {})))
             if gradients:
-                ys = [a for _, a in output_leaves(y) if _float(a)]
-                loss = sum((to_torch(w) * a).sum() for w, a in zip(loss_weights(ys), ys))
+                leaves = [(p[len("output"):], a) for p, a in output_leaves(y) if _float(a)]
+                loss = sum((to_torch(w) * a).sum()
+                           for w, (_, a) in zip(loss_weights(leaves), leaves))
                 loss.backward()
     except Exception as e:  # noqa: BLE001 - torch is the reference: this is the user's bug
         raise RuntimeError(f"the torch model raised {type(e).__name__}: {e}") from e
