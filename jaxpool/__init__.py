@@ -17,6 +17,7 @@ from jaxpool.grid_sampling.functions import affine_grid, grid_sample
 from jaxpool.patches.functions import fold, unfold
 from jaxpool.fractional.functions import fractional_max_pool2d, fractional_max_pool3d
 from jaxpool.roi.functions import roi_align
+from jaxpool.deformable.functions import multi_scale_deformable_attention
 
 __version__ = "0.1.0"
 
@@ -29,7 +30,7 @@ __all__ = [
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
     "unfold", "fold", "channel_shuffle", "fractional_max_pool2d", "fractional_max_pool3d",
-    "roi_align",
+    "roi_align", "multi_scale_deformable_attention",
 ]
 
 

@@ -839,3 +839,38 @@ def roi_align(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
     return plan_roi_align(_input(op, input_shape), _DTYPE, boxes, _DTYPE, output_size,
                           spatial_scale, sampling_ratio, aligned, bound,
                           channels_last).out_shape
+
+
+def multi_scale_deformable_attention(value_shape: Shape, spatial_shapes: Sequence[Sequence[int]],
+                                     sampling_locations_shape: Shape,
+                                     attention_weights_shape: Shape, *, mode: str = "bilinear",
+                                     points_per_level: Sequence[int] | None = None
+                                     ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.multi_scale_deformable_attention`.
+
+    Args:
+      value_shape: ``[B, S, heads, head_dim]``, ``S = sum(H_l * W_l)``.
+      spatial_shapes: the levels' ``(H_l, W_l)``.
+      sampling_locations_shape: ``[B, Q, heads, L, P, 2]`` (with ``points_per_level``,
+        ``[B, Q, heads, sum(points_per_level), 2]``).
+      attention_weights_shape: ``[B, Q, heads, L, P]`` (with ``points_per_level``,
+        ``[B, Q, heads, sum(points_per_level)]``).
+      mode, points_per_level: as :func:`jaxpool.multi_scale_deformable_attention`.
+
+    Returns:
+      ``[B, Q, heads * head_dim]``.
+
+    Example:
+      >>> jaxpool.shapes.multi_scale_deformable_attention(
+      ...     (2, 100 * 150 + 50 * 75, 8, 32), [(100, 150), (50, 75)], (2, 300, 8, 2, 4, 2),
+      ...     (2, 300, 8, 2, 4))
+      (2, 300, 256)
+    """
+    from jaxpool.deformable.plan import plan_multi_scale_deformable_attention
+
+    op = "multi_scale_deformable_attention"
+    return plan_multi_scale_deformable_attention(
+        _input(op, value_shape, "value_shape"), _DTYPE, spatial_shapes,
+        _input(op, sampling_locations_shape, "sampling_locations_shape"), _DTYPE,
+        _input(op, attention_weights_shape, "attention_weights_shape"), _DTYPE, mode,
+        points_per_level).out_shape

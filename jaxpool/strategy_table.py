@@ -61,6 +61,10 @@ TABLE: dict[tuple[str, str], dict[str, str]] = {
     # thread in the rows' order, so deterministic there; never on a GPU or TPU, whose
     # scatter-add has no fixed order).
     ("grid sampling", "reads added back"): {"cpu": "scatter", "gpu": "sorted"},
+    # multi_scale_deformable_attention's derivatives: the same choice for its one read of
+    # every level's corners (BENCHMARKS.md, "Multi-scale deformable attention (CPU)", the
+    # jaxpool-sorted side of cells `detr-encoder`, `detr-decoder` and `rtdetr-decoder`).
+    ("deformable attention", "reads added back"): {"cpu": "scatter", "gpu": "sorted"},
 }
 
 _forced: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxpool_backend",

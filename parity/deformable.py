@@ -10,17 +10,19 @@ their CUDA extension is not built, written here as they write it.
   its ``discrete`` method (``int64(loc * size + 0.5)``, clamped by ``H - 1`` on both axes
   as it writes it).
 
-:func:`twin` gives parity's suite the reference for a call's keyword arguments.
+:func:`torch_twin` is the twin parity's suite calls: either reference, as a call's
+arguments ask.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["deformable_attention_core_func_v2", "multi_scale_deformable_attention", "twin"]
+__all__ = ["deformable_attention_core_func_v2", "multi_scale_deformable_attention",
+           "torch_twin"]
 
 
 def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: Sequence,
@@ -86,34 +88,26 @@ def deformable_attention_core_func_v2(value: torch.Tensor, spatial_shapes: Seque
     return output.permute(0, 2, 1)
 
 
-def twin(ndim=None) -> Callable[[dict], Callable]:
-    """The suite's builder (``parity.suite.ops``' ``_TORCH_BUILDERS`` form): the keyword
-    arguments of a ``jaxpool.multi_scale_deformable_attention`` call (``spatial_shapes``,
-    ``mode``, ``points_per_level``) -> the reference as a function of ``(value,
-    sampling_locations, attention_weights)``: Hugging Face's for bilinear reading of ``P``
-    points per level, RT-DETRv2's otherwise (``nearest``: its ``discrete`` method)."""
-
-    def build(kwargs: dict) -> Callable:
-        shapes = [tuple(int(s) for s in pair) for pair in kwargs["spatial_shapes"]]
-        mode = kwargs.get("mode", "bilinear")
-        points = kwargs.get("points_per_level")
-        if mode not in ("bilinear", "nearest"):
-            raise ValueError(f"mode must be 'bilinear' or 'nearest', got {mode!r}")
-
-        def call(value, sampling_locations, attention_weights):
-            if mode == "bilinear" and points is None:
-                return multi_scale_deformable_attention(value, shapes, sampling_locations,
-                                                        attention_weights)
-            locations, weights, counts = sampling_locations, attention_weights, points
-            if counts is None:
-                b, q, h, levels, p, _ = locations.shape
-                locations = locations.reshape(b, q, h, levels * p, 2)
-                weights = weights.reshape(b, q, h, levels * p)
-                counts = [p] * levels
-            method = "default" if mode == "bilinear" else "discrete"
-            return deformable_attention_core_func_v2(value, shapes, locations, weights,
-                                                     list(counts), method)
-
-        return call
-
-    return build
+def torch_twin(value: torch.Tensor, sampling_locations: torch.Tensor,
+               attention_weights: torch.Tensor, *, spatial_shapes: Sequence,
+               mode: str = "bilinear", points_per_level: Sequence[int] | None = None
+               ) -> torch.Tensor:
+    """The reference for a ``jaxpool.multi_scale_deformable_attention`` call, its arrays
+    first and every other argument by name (the form parity's suite calls a twin in):
+    Hugging Face's for bilinear reading of ``P`` points per level, RT-DETRv2's otherwise
+    (``nearest``: its ``discrete`` method)."""
+    if mode not in ("bilinear", "nearest"):
+        raise ValueError(f"mode must be 'bilinear' or 'nearest', got {mode!r}")
+    shapes = [tuple(int(s) for s in pair) for pair in spatial_shapes]
+    if mode == "bilinear" and points_per_level is None:
+        return multi_scale_deformable_attention(value, shapes, sampling_locations,
+                                                attention_weights)
+    locations, weights, counts = sampling_locations, attention_weights, points_per_level
+    if counts is None:
+        b, q, h, levels, p, _ = locations.shape
+        locations = locations.reshape(b, q, h, levels * p, 2)
+        weights = weights.reshape(b, q, h, levels * p)
+        counts = [p] * levels
+    method = "default" if mode == "bilinear" else "discrete"
+    return deformable_attention_core_func_v2(value, shapes, locations, weights, list(counts),
+                                             method)

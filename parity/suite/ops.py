@@ -84,6 +84,7 @@ class Op:
     # (channels-first)
     arrays: int = 1  # positional array inputs: x, max_unpool's indices (never
     #                  differentiated), grid_sample's grid
+    array_names: tuple[str, ...] = ("x",)  # their names, by which jaxpool is called
 
     def spatial(self, shape: tuple[int, ...], kwargs: dict) -> int:
         """The number of spatial axes of a case on a channels-first input of ``shape``."""
@@ -234,11 +235,14 @@ def _from_spec(spec) -> Op:
     kind = _KINDS.get(spec.family, spec.family)
     arrays = [a for a in spec.arrays if a not in _KEYWORD_ARRAYS.get(spec.name, ())]
     parameters = list(inspect.signature(registry.FUNCTIONS[spec.name]).parameters.values())
-    params = tuple(p.name for p in parameters[len(arrays):]
-                   if p.kind is p.POSITIONAL_OR_KEYWORD)
+    # (the arrays need not lead: multi_scale_deformable_attention takes spatial_shapes
+    # second, as its reference does)
+    params = tuple(p.name for p in parameters
+                   if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in arrays)
     torch_fn = (_TORCH_BUILDERS[kind](spec.ndim) if kind in _TORCH_BUILDERS
                 else _torch_fn(_resolve(spec.torch), _TORCH_NAMES.get(spec.family)))
-    return Op(spec.ndim, kind, params, torch_fn, arrays=len(arrays))
+    return Op(spec.ndim, kind, params, torch_fn, arrays=len(arrays),
+              array_names=tuple(arrays))
 
 
 def _ops() -> dict[str, Op]:
@@ -280,11 +284,16 @@ def torch_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Cal
 def torch_error_fn(op: str) -> Callable:
     """torch's side of the error cases: ``fn(*arrays, *args, **kwargs)`` with jaxpool's
     argument order, so that one ``Call`` serves both sides."""
-    n = OPS[op].arrays
+    import inspect
+
+    import jaxpool
+
+    signature = inspect.signature(getattr(jaxpool, op))
 
     def fn(*args, **kwargs):
-        kwargs.update(zip(OPS[op].params, args[n:]))
-        return torch_counterpart(op, kwargs)(*args[:n])
+        named = dict(signature.bind_partial(*args, **kwargs).arguments)
+        arrays = [named.pop(a) for a in OPS[op].array_names]
+        return torch_counterpart(op, named)(*arrays)
 
     return fn
 
@@ -293,6 +302,8 @@ def jax_counterpart(op: str, kwargs: dict, channels_last: bool = False) -> Calla
     import jaxpool
 
     fn = getattr(jaxpool, op)
+    names = OPS[op].array_names
     if not channels_last:  # (the ops without a layout take no channels_last)
-        return lambda *arrays: fn(*arrays, **kwargs)
-    return lambda *arrays: fn(*arrays, **kwargs, channels_last=channels_last)
+        return lambda *arrays: fn(**dict(zip(names, arrays)), **kwargs)
+    return lambda *arrays: fn(**dict(zip(names, arrays)), **kwargs,
+                              channels_last=channels_last)

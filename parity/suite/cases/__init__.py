@@ -3,7 +3,7 @@
 Each op family's cases are written in its own file, in the words of
 :mod:`parity.suite.cases.common` (``MAIN``, ``EXTRA``, ``VALUES_ONLY``, ``ERRORS``, ...):
 ``pooling``, ``unpooling``, ``padding``, ``resampling``, ``grid_sampling``, ``patches``,
-``fractional``, ``roi``. This module gathers them and makes the cases: a ``Case`` is one op
+``fractional``, ``roi``, ``deformable``. This module gathers them and makes the cases: a ``Case`` is one op
 with one argument set on one input (shape, dtype, layout), an ``ErrorCase`` the calls on
 which torch and jaxpool must both raise; the default run is ``quick_cases()``, the long
 sweep ``full_cases()``, and ``run_case`` turns a case into a ``CaseResult``. ``unchecked``
@@ -23,8 +23,8 @@ import numpy as np
 from ...compare import Call, compare, compare_errors
 from ...results import Report
 from ..ops import MAX_KINDS, OPS, jax_counterpart, torch_counterpart, torch_error_fn, unavailable
-from . import (fractional, grid_sampling, padding, patches, pooling, resampling, roi,
-               unpooling)
+from . import (deformable, fractional, grid_sampling, padding, patches, pooling, resampling,
+               roi, unpooling)
 
 __all__ = [
     "OPS",
@@ -40,7 +40,8 @@ __all__ = [
     "unchecked",
 ]
 
-FAMILIES = (pooling, unpooling, padding, resampling, grid_sampling, patches, fractional, roi)
+FAMILIES = (pooling, unpooling, padding, resampling, grid_sampling, patches, fractional, roi,
+            deformable)
 """The family files, one per folder of jaxpool."""
 
 
