@@ -65,6 +65,10 @@ TABLE: dict[tuple[str, str], dict[str, str]] = {
     # every level's corners (BENCHMARKS.md, "Multi-scale deformable attention (CPU)", the
     # jaxpool-sorted side of cells `detr-encoder`, `detr-decoder` and `rtdetr-decoder`).
     ("deformable attention", "reads added back"): {"cpu": "scatter", "gpu": "sorted"},
+    # fractional_max_pool2d/3d's derivatives: the same choice for its rows read per axis
+    # (BENCHMARKS.md, "Fractional max pooling", the sorted and scatter sides of cells
+    # `fractional2d` and `fractional3d`).
+    ("fractional max pooling", "reads added back"): {"cpu": "scatter", "gpu": "sorted"},
 }
 
 _forced: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxpool_backend",

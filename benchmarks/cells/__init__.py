@@ -11,6 +11,8 @@ and the cell sets that cut across families.
   (``python -m benchmarks.cells.grid_sampling``);
 - :mod:`~benchmarks.cells.patches`, :mod:`~benchmarks.cells.roi`: unfold, fold and
   roi_align, timed in one table by ``python -m benchmarks.programs.patches_roi``;
+- :mod:`~benchmarks.cells.fractional`: fractional_max_pool2d/3d
+  (``python -m benchmarks.cells.fractional``);
 - across families: :mod:`~benchmarks.cells.eager` (eager calls against jitted ones and
   torch), :mod:`~benchmarks.cells.compile_times` (compile time against the extents and the
   ratio), :mod:`~benchmarks.cells.equinox_modules` (jaxpool.equinox's modules against
@@ -18,5 +20,5 @@ and the cell sets that cut across families.
 
 A module whose cells have a table of their own runs it as ``python -m
 benchmarks.cells.NAME``; the others give their cells to a program of
-:mod:`benchmarks.programs`. The fractional family has no cells.
+:mod:`benchmarks.programs`.
 """

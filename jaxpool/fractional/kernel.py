@@ -2,8 +2,8 @@
 (:mod:`jaxpool.fractional.plan` plans them).
 
 The windows of each (batch, channel) plane start where its samples put them, so the reads
-are at positions the data gives: every tap of every window is one
-:func:`jaxpool.core.gather.read` of the input laid out as ``[N * C * spatial, 1]``. The pick
+are at positions the data gives: one :func:`jaxpool.core.gather.read` of rows per axis
+(``_window_taps``). The pick
 among a window's taps (torch's rule: the last NaN if any, else the first maximum; all
 ``-inf``: the first tap) is an integer, held constant; the value is the picked tap's read,
 chosen by a chain of selects. So the derivatives route each window's cotangent to its
@@ -18,9 +18,9 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
+from jaxpool import strategy_table
 from jaxpool.core.gather import read
 from jaxpool.pooling.kernel_max import index_dtype
 from jaxpool.fractional.plan import FractionalPlan
@@ -61,22 +61,36 @@ def window_starts(plan: FractionalPlan, samples: jax.Array, axis: int) -> jax.Ar
     return jnp.concatenate([starts, last], axis=-1)
 
 
-def _pick(taps: jax.Array) -> jax.Array:
-    """Which tap (last axis) torch's scan keeps: ``val > max || isnan(val)`` from ``-inf``,
-    so the last NaN if any, else the first maximum (the first tap if all are -inf)."""
-    t = taps.shape[-1]
-    nan = jnp.isnan(taps)
-    last_nan = (t - 1) - jnp.argmax(nan[..., ::-1], axis=-1)
-    top = jnp.max(jnp.where(nan, -jnp.inf, taps), axis=-1, keepdims=True)
-    first_max = jnp.argmax(taps == top, axis=-1)
-    return jnp.where(nan.any(axis=-1), last_nan, first_max).astype(jnp.int32)
+def _pick(taps: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(value, tap)`` of each window (taps on the last axis) as torch's scan keeps them:
+    ``val > max || isnan(val)`` from ``-inf``, so the last NaN if any, else the first
+    maximum (the first tap if all are -inf). The value is the kept tap's own entry, so its
+    derivative is that tap's alone. One select per tap, fused: an ``argmax`` over the taps
+    is a variadic reduce, the slower program on XLA:CPU (BENCHMARKS.md, "Fractional max
+    pooling")."""
+    value = taps[..., 0]
+    tap = jnp.zeros(value.shape, jnp.int32)
+    for t in range(1, taps.shape[-1]):
+        entry = taps[..., t]
+        kept = lax.stop_gradient(value)
+        take = (entry > kept) | jnp.isnan(entry)
+        value = jnp.where(take, entry, value)
+        tap = jnp.where(take, t, tap)
+    return value, tap
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def fractional_max_pool(plan: FractionalPlan, x: jax.Array, samples: jax.Array):
     """``x`` as the plan's input layout, ``samples`` ``[N, C, dims]`` in ``x``'s dtype ->
     ``(values, indices)`` in the plan's output layout; indices are flat within each plane
-    (``h * W + w``, ``(t * H + h) * W + w``), torch's ``return_indices``."""
+    (``h * W + w``, ``(t * H + h) * W + w``), torch's ``return_indices``. The derivatives
+    add back as the strategy table's fractional row says for the backend traced for."""
+    adding = strategy_table.lookup("fractional max pooling", "reads added back",
+                                   strategy_table.current_backend())
+    return _fractional_max_pool(plan, adding, x, samples)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _fractional_max_pool(plan: FractionalPlan, adding: str, x: jax.Array, samples: jax.Array):
     dims, n, c = plan.dims, plan.batch, plan.channels
     samples = lax.stop_gradient(samples)
     if not plan.batched:
@@ -84,38 +98,52 @@ def fractional_max_pool(plan: FractionalPlan, x: jax.Array, samples: jax.Array):
     if plan.channels_last:
         x = jnp.moveaxis(x, -1, 1)
     out_sp, kernel, in_sp = plan.out_spatial, plan.kernel, plan.in_spatial
-    plane = math.prod(in_sp)
     strides = [math.prod(in_sp[a + 1:]) for a in range(dims)]
-    taps = math.prod(kernel)
     if n * c * math.prod(out_sp) == 0:
         values = jnp.zeros((n, c) + out_sp, x.dtype)
         flat = jnp.zeros((n, c) + out_sp, index_dtype())
     else:
+        starts = [window_starts(plan, samples, a) for a in range(dims)]
+        values, pick = _pick(_window_taps(plan, adding, x, starts))
         # The window's first element, flat in its plane: [N, C, *out].
-        start = jnp.zeros((n, c) + (1,) * dims, jnp.int32)
+        start = jnp.zeros((n, c) + (1,) * dims, index_dtype())
         for a in range(dims):
-            s = window_starts(plan, samples, a) * strides[a]
+            s = starts[a].astype(index_dtype()) * strides[a]
             start = start + s.reshape((n, c) + tuple(out_sp[a] if b == a else 1
                                                      for b in range(dims)))
-        # Each tap's offset from the window's first element, row-major as torch scans.
-        offsets = np.zeros((1,), np.int64)
-        for a in range(dims):
-            offsets = (offsets[:, None] + np.arange(kernel[a]) * strides[a]).reshape(-1)
-        tap_offsets = jnp.asarray(offsets.astype(np.int32))
-        planes = (jnp.arange(n * c, dtype=jnp.int32) * plane).reshape((n, c) + (1,) * dims)
-        index = (planes + start)[..., None] + tap_offsets
-        rows = read(x.reshape(n * c * plane, 1), index.reshape(-1))
-        reads = rows.reshape((n, c) + out_sp + (taps,))
-        pick = _pick(lax.stop_gradient(reads))
-        values = reads[..., 0]
-        for t in range(1, taps):
-            values = jnp.where(pick == t, reads[..., t], values)
-        flat = start.astype(index_dtype()) + _offset_of(pick, kernel, strides)
+        flat = start + _offset_of(pick, kernel, strides)
     if plan.channels_last:
         values, flat = jnp.moveaxis(values, 1, -1), jnp.moveaxis(flat, 1, -1)
     if not plan.batched:
         values, flat = values[0], flat[0]
     return values, flat
+
+
+def _window_taps(plan: FractionalPlan, adding: str, x: jax.Array, starts: list) -> jax.Array:
+    """``x`` ``[N, C, *in]`` -> ``[N, C, *out, taps]``: every window's elements, taps
+    row-major as torch scans them.
+
+    A plane's windows start where its own samples put them, but the starts along one axis
+    do not depend on the other axes: the windows are read one axis at a time, as rows. Each
+    pass reads, for every (plane, window, tap) of one axis, the whole row of the other
+    axes, then moves that axis's (window, tap) last, so the next axis leads. A read per
+    element instead (one gather of ``N * C * out * taps`` scalars, whose transpose sorts
+    as many) is the slower program (BENCHMARKS.md, "Fractional max pooling", cells
+    `fractional2d` and `fractional3d`)."""
+    n, c = x.shape[:2]
+    planes = jnp.arange(n * c, dtype=jnp.int32).reshape(n, c, 1, 1)
+    y = x
+    for a, (size, k) in enumerate(zip(plan.in_spatial, plan.kernel)):
+        rest = y.shape[3:]
+        rows = (planes * size + starts[a][..., None]
+                + jnp.arange(k, dtype=jnp.int32)).reshape(-1)
+        y = read(y.reshape((n * c * size, -1)), rows, adding=adding)
+        y = jnp.moveaxis(y.reshape((n, c, plan.out_spatial[a], k) + rest), (2, 3), (-2, -1))
+    # [N, C, out_0, k_0, out_1, k_1, ...] -> [N, C, *out, k_0 * k_1 * ...]
+    dims = plan.dims
+    y = y.transpose((0, 1) + tuple(2 + 2 * a for a in range(dims))
+                    + tuple(3 + 2 * a for a in range(dims)))
+    return y.reshape((n, c) + plan.out_spatial + (math.prod(plan.kernel),))
 
 
 def _offset_of(pick: jax.Array, kernel: tuple, strides: list) -> jax.Array:
