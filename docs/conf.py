@@ -55,8 +55,15 @@ def _module_signature(app, what, name, obj, options, signature, return_annotatio
     # The Flax classes' constructors are the framework's (linen adds parent and name, nnx
     # shows *args): show the fields of their description, what a user passes.
     if what == "class" and name.startswith(("jaxpool.linen.", "jaxpool.nnx.")):
-        description = _modules.DESCRIPTIONS[obj.__name__]
-        return stringify_signature(inspect.signature(description), unqualified_typehints=True,
+        description = _modules.DESCRIPTIONS.get(obj.__name__)
+        if description is None:  # a module with weights: its own constructor's arguments
+            signature = inspect.signature(obj.__init__)  # (less self, and linen's parent, name)
+            signature = signature.replace(parameters=[
+                p for p in list(signature.parameters.values())[1:]
+                if p.name not in ("parent", "name")])
+        else:
+            signature = inspect.signature(description)
+        return stringify_signature(signature, unqualified_typehints=True,
                                    show_return_annotation=False), None
     return None
 

@@ -16,8 +16,9 @@ from jaxpool.resampling.functions import (channel_shuffle, interpolate, pixel_sh
 from jaxpool.grid_sampling.functions import affine_grid, grid_sample
 from jaxpool.patches.functions import fold, unfold
 from jaxpool.fractional.functions import fractional_max_pool2d, fractional_max_pool3d
-from jaxpool.roi.functions import roi_align
-from jaxpool.deformable.functions import multi_scale_deformable_attention
+from jaxpool.roi.functions import (multi_scale_roi_align, ps_roi_align, ps_roi_pool,
+                                   roi_align, roi_pool)
+from jaxpool.deformable.functions import deform_conv2d, multi_scale_deformable_attention
 
 __version__ = "0.1.0"
 
@@ -30,7 +31,8 @@ __all__ = [
     "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample_bilinear", "upsample_nearest",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "pad", "grid_sample", "affine_grid",
     "unfold", "fold", "channel_shuffle", "fractional_max_pool2d", "fractional_max_pool3d",
-    "roi_align", "multi_scale_deformable_attention",
+    "roi_align", "multi_scale_deformable_attention", "roi_pool", "ps_roi_align",
+    "ps_roi_pool", "multi_scale_roi_align", "deform_conv2d",
 ]
 
 

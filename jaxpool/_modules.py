@@ -1127,6 +1127,171 @@ class Fold(_Fold):
     function = staticmethod(jaxpool.fold)
 
 
+# --- boxes (torchvision.ops) -------------------------------------------------------------
+
+class _Boxes(Pool):
+    """What the RoI descriptions share: the call takes the boxes."""
+
+    def __call__(self, x: ArrayLike, boxes: Any) -> Any:  # type: ignore[override]
+        """Pools each of ``boxes`` (``[K, 5]`` rows ``(batch index, x1, y1, x2, y2)``, or a
+        list of each image's ``[L_i, 4]``) from ``x`` (layout and result as in the class
+        docstring)."""
+        names = [n for n in list(inspect.signature(self.function).parameters)[2:]
+                 if n != "axis_names"]
+        return self.function(x, boxes, **{name: getattr(self, name) for name in names})
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _RoIAlign(_Boxes):
+    """torchvision.ops.RoIAlign's fields, then the adaptive grid's bound and the layout."""
+
+    output_size: int | tuple[int, int]
+    spatial_scale: float
+    sampling_ratio: int
+    aligned: bool = False
+    max_sampling_ratio: int | None = None
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _PSRoIAlign(_Boxes):
+    """torchvision.ops.PSRoIAlign's fields, then the adaptive grid's bound and the layout."""
+
+    output_size: int | tuple[int, int]
+    spatial_scale: float
+    sampling_ratio: int
+    max_sampling_ratio: int | None = None
+    channels_last: bool = True
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _RoIPool(_Boxes):
+    """torchvision.ops.RoIPool's (and PSRoIPool's) fields, then the bins' bound and the
+    layout."""
+
+    output_size: int | tuple[int, int]
+    spatial_scale: float
+    max_bin_size: int | None = None
+    channels_last: bool = True
+
+
+class RoIAlign(_RoIAlign):
+    """Mask R-CNN's RoIAlign, as ``torchvision.ops.RoIAlign(output_size, spatial_scale,
+    sampling_ratio, aligned)`` (``jaxpool.roi_align``); called on the maps and the boxes.
+
+    ``[N, H, W, C]`` (channels-last, the default) or ``[N, C, H, W]`` with
+    ``channels_last=False`` -> ``[K, *output_size, C]`` (``[K, C, *output_size]``);
+    ``max_sampling_ratio``: the adaptive grid's bound for traced boxes.
+
+        >>> x, boxes = jnp.ones((2, 32, 32, 8)), jnp.asarray([[0.0, 2.0, 2.0, 20.0, 14.0]])
+        >>> jaxpool.linen.RoIAlign(7, 0.5, 2).apply({}, x, boxes).shape
+        (1, 7, 7, 8)
+        >>> jaxpool.nnx.RoIAlign((7, 7), 0.5, 2, aligned=True)(x, boxes).shape
+        (1, 7, 7, 8)
+    """
+
+    function = staticmethod(jaxpool.roi_align)
+
+
+class PSRoIAlign(_PSRoIAlign):
+    """R-FCN's position-sensitive RoIAlign, as ``torchvision.ops.PSRoIAlign(output_size,
+    spatial_scale, sampling_ratio)`` (``jaxpool.ps_roi_align``).
+
+    ``[N, H, W, C]`` (channels-last, the default) or ``[N, C, H, W]`` with
+    ``channels_last=False``, ``C`` a multiple of ``PH * PW`` -> ``[K, PH, PW, C / (PH *
+    PW)]`` (``[K, C / (PH * PW), PH, PW]``).
+
+        >>> x, boxes = jnp.ones((2, 32, 32, 18)), jnp.asarray([[0.0, 2.0, 2.0, 20.0, 14.0]])
+        >>> jaxpool.linen.PSRoIAlign(3, 0.5, 2).apply({}, x, boxes).shape
+        (1, 3, 3, 2)
+        >>> jaxpool.nnx.PSRoIAlign(3, 0.5, -1)(x, boxes).shape
+        (1, 3, 3, 2)
+    """
+
+    function = staticmethod(jaxpool.ps_roi_align)
+
+
+class RoIPool(_RoIPool):
+    """Fast R-CNN's RoIPool, as ``torchvision.ops.RoIPool(output_size, spatial_scale)``
+    (``jaxpool.roi_pool``).
+
+    ``[N, H, W, C]`` (channels-last, the default) or ``[N, C, H, W]`` with
+    ``channels_last=False`` -> ``[K, *output_size, C]`` (``[K, C, *output_size]``);
+    ``max_bin_size``: the bins' bound for traced boxes.
+
+        >>> x, boxes = jnp.ones((2, 32, 32, 8)), jnp.asarray([[0.0, 2.0, 2.0, 20.0, 14.0]])
+        >>> jaxpool.linen.RoIPool(7, 0.5).apply({}, x, boxes).shape
+        (1, 7, 7, 8)
+        >>> jaxpool.nnx.RoIPool((2, 2), 1.0, max_bin_size=10)(x, boxes).shape
+        (1, 2, 2, 8)
+    """
+
+    function = staticmethod(jaxpool.roi_pool)
+
+
+class PSRoIPool(_RoIPool):
+    """R-FCN's position-sensitive RoIPool, as ``torchvision.ops.PSRoIPool(output_size,
+    spatial_scale)`` (``jaxpool.ps_roi_pool``).
+
+    ``[N, H, W, C]`` (channels-last, the default) or ``[N, C, H, W]`` with
+    ``channels_last=False``, ``C`` a multiple of ``PH * PW`` -> ``[K, PH, PW, C / (PH *
+    PW)]`` (``[K, C / (PH * PW), PH, PW]``).
+
+        >>> x, boxes = jnp.ones((2, 32, 32, 18)), jnp.asarray([[0.0, 2.0, 2.0, 20.0, 14.0]])
+        >>> jaxpool.linen.PSRoIPool(3, 0.5).apply({}, x, boxes).shape
+        (1, 3, 3, 2)
+        >>> jaxpool.nnx.PSRoIPool(3, 1.0)(x, boxes).shape
+        (1, 3, 3, 2)
+    """
+
+    function = staticmethod(jaxpool.ps_roi_pool)
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class _MultiScaleRoIAlign(Pool):
+    """torchvision.ops.MultiScaleRoIAlign's fields, then the adaptive grid's bound and the
+    layout."""
+
+    featmap_names: tuple[str, ...]
+    output_size: int | tuple[int, int]
+    sampling_ratio: int
+    canonical_scale: float = 224
+    canonical_level: float = 4
+    max_sampling_ratio: int | None = None
+    channels_last: bool = True
+
+
+class MultiScaleRoIAlign(_MultiScaleRoIAlign):
+    """Each box pooled from its FPN level, as ``torchvision.ops.MultiScaleRoIAlign(
+    featmap_names, output_size, sampling_ratio, canonical_scale=224, canonical_level=4)``
+    (``jaxpool.multi_scale_roi_align``); called as torchvision's, on a dict of maps, each
+    image's boxes ``[L_i, 4]`` (or ``[K, 5]`` rows) and the images' ``(height, width)``.
+
+    The maps named in ``featmap_names`` (a tuple), in the dict's order, each ``[N, H_l,
+    W_l, C]`` (channels-last, the default) or ``[N, C, H_l, W_l]`` with
+    ``channels_last=False`` -> ``[K, *output_size, C]`` (``[K, C, *output_size]``).
+
+        >>> maps = {str(i): jnp.ones((1, 64 >> i, 64 >> i, 8)) for i in range(4)}
+        >>> boxes = [jnp.asarray([[0.0, 0.0, 100.0, 100.0], [10.0, 10.0, 250.0, 200.0]])]
+        >>> pool = jaxpool.linen.MultiScaleRoIAlign(("0", "1", "2", "3"), 7, 2)
+        >>> pool.apply({}, maps, boxes, [(256, 256)]).shape
+        (2, 7, 7, 8)
+        >>> jaxpool.nnx.MultiScaleRoIAlign(("0", "2"), 7, 2)(maps, boxes, [(256, 256)]).shape
+        (2, 7, 7, 8)
+    """
+
+    function = staticmethod(jaxpool.multi_scale_roi_align)
+
+    def __call__(self, x: Any, boxes: Any,  # type: ignore[override]
+                 image_shapes: Any) -> Any:
+        """Pools ``boxes`` from the maps of ``x`` (a dict) named in ``featmap_names``;
+        ``image_shapes``: each image's ``(height, width)`` before the backbone."""
+        features = [v for k, v in x.items() if k in self.featmap_names]
+        return self.function(features, boxes, self.output_size, self.sampling_ratio,
+                             image_shapes, self.canonical_scale, self.canonical_level,
+                             self.max_sampling_ratio, channels_last=self.channels_last)
+
+
 # --- every description ---------------------------------------------------------------------
 
 DESCRIPTIONS: dict[str, type[Pool]] = {
@@ -1135,3 +1300,309 @@ DESCRIPTIONS: dict[str, type[Pool]] = {
     and "function" in dir(value) and name not in ("Pool", "Unpool", "Pad")}
 """Every module's description by its class name: ``jaxpool.linen``, ``jaxpool.nnx`` and
 ``jaxpool.equinox`` each have a class of that name built on it."""
+
+
+# --- modules with weights ------------------------------------------------------------------
+# Not descriptions of a function's arguments (not in DESCRIPTIONS): each framework builds
+# the projections in its own way, under torch's names, and hands them to the call below.
+
+import math  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+Initializer = Callable[[Any, tuple, Any], Any]
+"""``init(key, shape, dtype) -> array``, as Flax's and ``jax.nn.initializers``'."""
+
+
+def deformable_offset_bias(num_heads: int, num_levels: int, num_points: int) -> np.ndarray:
+    """``sampling_offsets``' initial bias, as Deformable DETR sets it (Hugging Face's and
+    mmcv's ``init_weights``): head ``h`` looks along the angle ``2 pi h / heads``, its
+    direction scaled so that its larger coordinate is 1, and point ``p`` lies ``p + 1``
+    times that far, on every level. ``[heads * levels * points * 2]`` (x, y innermost),
+    computed in float64: a float32 parameter holds it rounded once, where torch's float32
+    arithmetic rounds each step (they differ by float32 rounding)."""
+    thetas = np.arange(num_heads, dtype=np.float64) * (2.0 * math.pi / num_heads)
+    grid = np.stack([np.cos(thetas), np.sin(thetas)], -1)
+    grid = grid / np.abs(grid).max(-1, keepdims=True)
+    grid = np.broadcast_to(grid[:, None, None, :], (num_heads, num_levels, num_points, 2))
+    return (grid * np.arange(1, num_points + 1)[None, None, :, None]).reshape(-1)
+
+
+def _constant(values: np.ndarray) -> Initializer:
+    def init(key: Any, shape: tuple, dtype: Any = jnp.float32) -> Any:
+        del key
+        return jnp.asarray(values.reshape(shape), dtype)
+    return init
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class MultiScaleDeformableAttention:
+    """Multi-scale deformable attention, the module: Hugging Face's
+    ``DeformableDetrMultiscaleDeformableAttention`` and ``RTDetrMultiscaleDeformableAttention``
+    (mmcv's ``MultiScaleDeformableAttention`` without its dropout and residual), around
+    :func:`jaxpool.multi_scale_deformable_attention`.
+
+    Its parameters are torch's, under torch's names, so that ``parity.load_torch_weights``
+    pairs them by name: ``sampling_offsets`` (a linear map ``embed_dim -> heads * levels *
+    points * 2``), ``attention_weights`` (``-> heads * levels * points``), ``value_proj``
+    and ``output_proj`` (``embed_dim -> embed_dim``). They start as torch's do: zero weights
+    for the first two, the offsets' bias fanning each head's points out along its own
+    direction (``deformable_offset_bias``), the weights' bias zero (equal weights), and
+    Xavier-uniform weights with zero biases for the two projections.
+
+    The call ``(hidden_states, reference_points, spatial_shapes, value=None,
+    attention_mask=None, position_embeddings=None)``:
+
+    - ``hidden_states [B, Q, embed_dim]``, the queries, plus ``position_embeddings`` if
+      given, project to each head's sampling offsets and weights (a softmax over its
+      ``levels * points`` samples);
+    - ``value [B, S, embed_dim]``, every level's ``H_l x W_l`` positions row-major, the
+      levels end to end, projects to what is read; by default ``hidden_states`` without
+      the position embeddings (the encoder's self-attention); where ``attention_mask
+      [B, S]`` is False (padding) it reads zero;
+    - ``reference_points [B, Q, levels, 2]``, ``(x, y)`` in ``[0, 1]``: a query reads
+      level ``l`` around it, offset by ``offset / (W_l, H_l)``; ``[B, Q, levels, 4]``,
+      boxes ``(cx, cy, w, h)``: around the centre, offset by ``offset / points * (w, h) /
+      2``; a levels axis of 1 is the same on every level (RT-DETR's decoder);
+    - ``spatial_shapes``, the levels' ``(H_l, W_l)``, static.
+
+    Returns ``[B, Q, embed_dim]``, ``output_proj`` of the heads' sums (torch's module also
+    returns the attention weights).
+
+        >>> attention = jaxpool.linen.MultiScaleDeformableAttention(32, 4, num_levels=2,
+        ...                                                          num_points=2)
+        >>> levels = ((4, 4), (2, 2))
+        >>> x = jnp.ones((1, 20, 32))                   # every level's positions
+        >>> points = jnp.full((1, 20, 2, 2), 0.5)       # reference points
+        >>> variables = attention.init(jax.random.key(0), x, points, levels)
+        >>> attention.apply(variables, x, points, levels).shape
+        (1, 20, 32)
+        >>> from flax import nnx
+        >>> jaxpool.nnx.MultiScaleDeformableAttention(32, 4, 2, 2, rngs=nnx.Rngs(0))(
+        ...     x, points, levels).shape
+        (1, 20, 32)
+    """
+
+    embed_dim: int = 256
+    num_heads: int = 8
+    num_levels: int = 4
+    num_points: int = 4
+
+    PROJECTIONS: ClassVar[tuple[str, ...]] = (
+        "sampling_offsets", "attention_weights", "value_proj", "output_proj")
+    """The linear maps, in torch's order of registration."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The framework classes are written without a docstring: they show this one.
+        if cls.__doc__ is None:
+            cls.__doc__ = MultiScaleDeformableAttention.__doc__
+        super().__init_subclass__(**kwargs)
+
+    def check_configuration(self) -> None:
+        """Raises for a configuration torch's module would refuse, before any parameter
+        is made."""
+        name = type(self).__name__
+        for field in ("embed_dim", "num_heads", "num_levels", "num_points"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name}: {field} must be an int, got {value!r}")
+            if value < 1:
+                raise ValueError(f"{name}: {field} must be positive, got {value!r}")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"{name}: embed_dim must be divisible by num_heads, got "
+                             f"embed_dim={self.embed_dim} and num_heads={self.num_heads}")
+
+    def projection(self, which: str) -> tuple[int, int, Initializer, Initializer]:
+        """``(in_features, out_features, weight_init, bias_init)`` of the projection
+        ``which``. The weight initialisers give the same distribution for torch's
+        ``[out, in]`` and Flax's ``[in, out]`` (Xavier's bound is symmetric in the two)."""
+        samples = self.num_heads * self.num_levels * self.num_points
+        zeros = jax.nn.initializers.zeros
+        if which == "sampling_offsets":
+            bias = deformable_offset_bias(self.num_heads, self.num_levels, self.num_points)
+            return self.embed_dim, 2 * samples, zeros, _constant(bias)
+        if which == "attention_weights":
+            return self.embed_dim, samples, zeros, zeros
+        if which in ("value_proj", "output_proj"):
+            return self.embed_dim, self.embed_dim, jax.nn.initializers.xavier_uniform(), zeros
+        raise ValueError(f"which must be one of {self.PROJECTIONS}, got {which!r}")
+
+    def attend(self, project: Callable[[str, Any], Any], hidden_states: ArrayLike,
+               reference_points: ArrayLike, spatial_shapes: Any,
+               value: ArrayLike | None = None, attention_mask: ArrayLike | None = None,
+               position_embeddings: ArrayLike | None = None) -> Any:
+        """The call (see the class docstring), the projections applied by
+        ``project(name, x)`` (``x [B, N, embed_dim]``)."""
+        levels, mask = self._check_call(hidden_states, reference_points, spatial_shapes,
+                                        value, attention_mask, position_embeddings)
+        query = jnp.asarray(hidden_states)
+        value = query if value is None else jnp.asarray(value)
+        if position_embeddings is not None:
+            query = query + jnp.asarray(position_embeddings)
+        batch, queries, _ = query.shape
+        heads, points = self.num_heads, self.num_points
+        projected = project("value_proj", value)
+        if mask is not None:
+            projected = jnp.where(mask[..., None], projected, 0)
+        projected = projected.reshape(batch, value.shape[1], heads, self.embed_dim // heads)
+        offsets = project("sampling_offsets", query).reshape(
+            batch, queries, heads, self.num_levels, points, 2)
+        weights = jax.nn.softmax(project("attention_weights", query).reshape(
+            batch, queries, heads, self.num_levels * points), axis=-1)
+        weights = weights.reshape(batch, queries, heads, self.num_levels, points)
+        reference = jnp.asarray(reference_points)
+        # torch's order of operations, so that float64 agrees to the last bits
+        if reference.shape[-1] == 2:
+            normalizer = jnp.asarray([(w, h) for h, w in levels], offsets.dtype)
+            locations = (reference[:, :, None, :, None, :]
+                         + offsets / normalizer[None, None, None, :, None, :])
+        else:
+            locations = (reference[:, :, None, :, None, :2]
+                         + offsets / points * reference[:, :, None, :, None, 2:] * 0.5)
+        out = jaxpool.multi_scale_deformable_attention(
+            projected, levels, locations.astype(projected.dtype), weights.astype(projected.dtype))
+        return project("output_proj", out)
+
+    def _check_call(self, hidden_states: Any, reference_points: Any, spatial_shapes: Any,
+                    value: Any, attention_mask: Any, position_embeddings: Any
+                    ) -> tuple[tuple[tuple[int, int], ...], Any]:
+        """The levels' (H, W) and the mask as booleans (or None); raises, naming the
+        argument, for a call torch's module would refuse or compute wrong."""
+        name = type(self).__name__
+        shape = tuple(np.shape(hidden_states))
+        if len(shape) != 3 or shape[-1] != self.embed_dim:
+            raise ValueError(f"{name}: hidden_states must be [B, Q, embed_dim={self.embed_dim}], "
+                             f"got shape {shape}")
+        for arg, array in (("hidden_states", hidden_states), ("reference_points",
+                           reference_points), ("value", value),
+                           ("position_embeddings", position_embeddings)):
+            if array is not None and not jnp.issubdtype(jnp.result_type(array), jnp.floating):
+                raise TypeError(f"{name}: {arg} must be floating point, got dtype "
+                                f"{jnp.result_type(array)}")
+        accepted = "a static sequence of (H, W) pairs of ints, one per level"
+        try:
+            array = np.asarray(spatial_shapes)  # a traced array raises here
+        except TypeError:
+            raise TypeError(f"{name}: spatial_shapes must be {accepted}, got "
+                            f"{spatial_shapes!r}") from None
+        if array.ndim != 2 or array.shape[1] != 2 or not np.issubdtype(array.dtype,
+                                                                      np.integer):
+            raise TypeError(f"{name}: spatial_shapes must be {accepted}, got "
+                            f"{spatial_shapes!r}")
+        levels = tuple((int(h), int(w)) for h, w in array)
+        if len(levels) != self.num_levels or any(h < 1 or w < 1 for h, w in levels):
+            raise ValueError(f"{name}: spatial_shapes must be num_levels={self.num_levels} "
+                             f"(H, W) pairs of positive ints, got {spatial_shapes!r}")
+        ref = tuple(np.shape(reference_points))
+        if len(ref) != 4 or ref[:2] != shape[:2] or ref[2] not in (1, self.num_levels) \
+                or ref[3] not in (2, 4):
+            raise ValueError(
+                f"{name}: reference_points must be [B, Q, num_levels={self.num_levels} (or 1, "
+                f"the same on every level), 2] (points) or [..., 4] (boxes) with "
+                f"hidden_states' [B, Q] = {shape[:2]}, got shape {ref}")
+        if position_embeddings is not None and tuple(np.shape(position_embeddings)) != shape:
+            raise ValueError(f"{name}: position_embeddings must have hidden_states' shape "
+                             f"{shape}, got {tuple(np.shape(position_embeddings))}")
+        tokens = sum(h * w for h, w in levels)
+        value_shape = shape if value is None else tuple(np.shape(value))
+        if value_shape != (shape[0], tokens, self.embed_dim):
+            which = "hidden_states (the value, none given)" if value is None else "value"
+            raise ValueError(f"{name}: {which} must be [B={shape[0]}, S={tokens}, "
+                             f"embed_dim={self.embed_dim}], S the positions of spatial_shapes "
+                             f"{levels}, got shape {value_shape}")
+        if attention_mask is None:
+            return levels, None
+        mask = jnp.asarray(attention_mask)
+        if mask.shape != value_shape[:2]:
+            raise ValueError(f"{name}: attention_mask must be [B, S] = {value_shape[:2]}, "
+                             f"got shape {mask.shape}")
+        if mask.dtype == jnp.bool_:
+            return levels, mask
+        if not jnp.issubdtype(mask.dtype, jnp.integer):
+            raise TypeError(f"{name}: attention_mask must be boolean (True where the value "
+                            f"holds a position, False for padding) or integer (nonzero: a "
+                            f"position), got dtype {mask.dtype}")
+        return levels, mask != 0
+
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class DeformConv2d:
+    """Deformable convolution, the module: ``torchvision.ops.DeformConv2d`` around
+    :func:`jaxpool.deform_conv2d`, channels first (``[B, C, H, W]``), as torchvision's.
+
+    Its parameters are torchvision's, under its names and in its layout, so that
+    ``parity.load_torch_weights`` pairs them as they are: ``weight [out_channels,
+    in_channels / groups, kh, kw]`` and ``bias [out_channels]`` (absent with
+    ``bias=False``), both drawn as torchvision's ``reset_parameters`` draws them
+    (``kaiming_uniform_(a=sqrt(5))``, ``uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))``:
+    uniform in ``±1/sqrt(fan_in)``, ``fan_in = in_channels / groups * kh * kw``).
+
+    The call ``(input, offset, mask=None)``: ``offset [B, 2 * offset_groups * kh * kw,
+    out_h, out_w]`` and ``mask [B, offset_groups * kh * kw, out_h, out_w]`` come from the
+    user's own convolutions, as in torchvision. Returns ``[B, out_channels, out_h, out_w]``.
+
+        >>> conv = jaxpool.linen.DeformConv2d(4, 8, 3, padding=1)
+        >>> x, offset = jnp.ones((1, 4, 6, 6)), jnp.zeros((1, 18, 6, 6))
+        >>> variables = conv.init(jax.random.key(0), x, offset)
+        >>> conv.apply(variables, x, offset).shape
+        (1, 8, 6, 6)
+    """
+
+    in_channels: int
+    out_channels: int
+    kernel_size: Size
+    stride: Size = 1
+    padding: Size = 0
+    dilation: Size = 1
+    groups: int = 1
+    bias: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The framework classes are written without a docstring: they show this one.
+        if cls.__doc__ is None:
+            cls.__doc__ = DeformConv2d.__doc__
+        super().__init_subclass__(**kwargs)
+
+    def check_configuration(self) -> None:
+        """torchvision's checks, before any parameter is made."""
+        name = type(self).__name__
+        for field in ("in_channels", "out_channels", "groups"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name}: {field} must be an int, got {value!r}")
+            if value < 1:
+                raise ValueError(f"{name}: {field} must be positive, got {value!r}")
+        for field in ("in_channels", "out_channels"):
+            if getattr(self, field) % self.groups:
+                raise ValueError(f"{name}: {field} must be divisible by groups, got "
+                                 f"{field}={getattr(self, field)} and groups={self.groups}")
+        if not isinstance(self.bias, (bool, np.bool_)):
+            raise TypeError(f"{name}: bias must be True or False, got {self.bias!r}")
+
+    @property
+    def kernel(self) -> tuple[int, int]:
+        k = self.kernel_size
+        return (int(k[0]), int(k[1])) if isinstance(k, (tuple, list)) else (int(k), int(k))
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.out_channels, self.in_channels // self.groups) + self.kernel
+
+    def initializer(self) -> Initializer:
+        """Uniform in ``±1/sqrt(fan_in)``: torchvision's ``kaiming_uniform_(a=sqrt(5))``
+        (gain ``sqrt(2 / (1 + 5))``, bound ``gain * sqrt(3 / fan_in)``) for the weight, and
+        its bias's bound."""
+        fan_in = self.weight_shape[1] * self.kernel[0] * self.kernel[1]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+
+        def init(key: Any, shape: tuple, dtype: Any = jnp.float32) -> Any:
+            return jax.random.uniform(key, shape, dtype, -bound, bound)
+        return init
+
+    def convolve(self, weight: Any, bias: Any, input: ArrayLike, offset: ArrayLike,
+                 mask: ArrayLike | None = None) -> Any:
+        return jaxpool.deform_conv2d(input, offset, weight, bias, self.stride, self.padding,
+                                     self.dilation, mask)

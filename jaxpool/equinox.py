@@ -213,3 +213,159 @@ class _Fractional(_Module):
 
 class FractionalMaxPool2d(_Fractional, _modules.FractionalMaxPool2d): ...
 class FractionalMaxPool3d(_Fractional, _modules.FractionalMaxPool3d): ...
+
+
+def _rows(linear: Any, x: Any) -> Any:
+    """An ``eqx.nn.Linear`` (which takes one vector) on every row of ``x``: one
+    ``jax.vmap`` per leading axis, called as the port runs (where parity's recorder sees
+    each map)."""
+    for _ in range(jax.numpy.ndim(x) - 1):
+        linear = jax.vmap(linear)
+    return linear(x)
+
+
+class MultiScaleDeformableAttention(eqx.Module, _modules.MultiScaleDeformableAttention):
+    """Multi-scale deformable attention with torch's parameters (Hugging Face's
+    ``DeformableDetrMultiscaleDeformableAttention``, RT-DETR's, mmcv's without dropout and
+    residual): ``jaxpool.linen.MultiScaleDeformableAttention``'s description, with its
+    projections ``eqx.nn.Linear`` layers under torch's names and in torch's layout
+    (``weight [out, in]``), initialised as torch's.
+
+    On Equinox the call takes one example, ``hidden_states [Q, embed_dim]``,
+    ``reference_points [Q, levels, 2 or 4]``, ``value [S, embed_dim]``, ``attention_mask
+    [S]`` (map a batch with ``jax.vmap``), or a batch in the Flax modules' shapes
+    (``[B, Q, embed_dim]`` and so on), and a ``key`` that is unused (there is no dropout).
+
+        >>> import equinox as eqx
+        >>> attention = jaxpool.equinox.MultiScaleDeformableAttention(
+        ...     32, 4, num_levels=2, num_points=2, key=jax.random.key(0))
+        >>> x, points = jnp.ones((20, 32)), jnp.full((20, 2, 2), 0.5)   # one example
+        >>> attention(x, points, ((4, 4), (2, 2))).shape
+        (20, 32)
+    """
+
+    embed_dim: int = eqx.field(static=True)
+    num_heads: int = eqx.field(static=True)
+    num_levels: int = eqx.field(static=True)
+    num_points: int = eqx.field(static=True)
+    sampling_offsets: eqx.nn.Linear
+    attention_weights: eqx.nn.Linear
+    value_proj: eqx.nn.Linear
+    output_proj: eqx.nn.Linear
+
+    def __init__(self, embed_dim: int = 256, num_heads: int = 8, num_levels: int = 4,
+                 num_points: int = 4, *, dtype: Any = None, key: Any) -> None:
+        """torch's configuration (mmcv's names and defaults: Deformable DETR's), the
+        parameters' dtype (None: Equinox's default) and the ``jax.random`` key they are
+        drawn from."""
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.num_levels, self.num_points = num_levels, num_points
+        self.check_configuration()
+        for which, k in zip(self.PROJECTIONS, jax.random.split(key, len(self.PROJECTIONS))):
+            inputs, features, weight_init, bias_init = self.projection(which)
+            k_weight, k_bias, k_layer = jax.random.split(k, 3)
+            linear = eqx.nn.Linear(inputs, features, dtype=dtype, key=k_layer)
+            kind = linear.weight.dtype
+            linear = eqx.tree_at(lambda m: (m.weight, m.bias), linear,
+                                 (weight_init(k_weight, (features, inputs), kind),
+                                  bias_init(k_bias, (features,), kind)))
+            setattr(self, which, linear)
+
+    def __call__(self, hidden_states: ArrayLike, reference_points: ArrayLike,
+                 spatial_shapes: Any, value: ArrayLike | None = None,
+                 attention_mask: ArrayLike | None = None,
+                 position_embeddings: ArrayLike | None = None, *, key: Any = None) -> Any:
+        """The attention's output, ``[Q, embed_dim]`` for one example, ``[B, Q,
+        embed_dim]`` for a batch (arguments as in the class docstring); ``key`` is
+        unused."""
+        if jax.numpy.ndim(hidden_states) != 2:  # a batch
+            return self.attend(lambda which, x: _rows(getattr(self, which), x), hidden_states,
+                               reference_points, spatial_shapes, value, attention_mask,
+                               position_embeddings)
+
+        def batch(a: Any) -> Any:
+            return None if a is None else jax.numpy.expand_dims(jax.numpy.asarray(a), 0)
+
+        # the projections on the example's rows, as an Equinox model calls a Linear
+        out = self.attend(lambda which, x: _rows(getattr(self, which), x[0])[None],
+                          batch(hidden_states), batch(reference_points), spatial_shapes,
+                          batch(value), batch(attention_mask), batch(position_embeddings))
+        return out[0]
+
+
+class DeformConv2d(eqx.Module, _modules.DeformConv2d):
+    """Deformable convolution with torchvision's parameters (``weight [out_channels,
+    in_channels / groups, kh, kw]``, ``bias [out_channels]`` or None), drawn as
+    torchvision draws them: ``jaxpool.linen.DeformConv2d``'s description. Channels first,
+    as torchvision; the call takes a batch ``[B, C, H, W]`` (or one example ``[C, H, W]``,
+    with ``offset`` and ``mask`` likewise unbatched).
+
+        >>> conv = jaxpool.equinox.DeformConv2d(4, 8, 3, padding=1, key=jax.random.key(0))
+        >>> conv(jnp.ones((4, 6, 6)), jnp.zeros((18, 6, 6))).shape   # one example
+        (8, 6, 6)
+    """
+
+    in_channels: int = eqx.field(static=True)
+    out_channels: int = eqx.field(static=True)
+    kernel_size: Any = eqx.field(static=True)
+    stride: Any = eqx.field(static=True)
+    padding: Any = eqx.field(static=True)
+    dilation: Any = eqx.field(static=True)
+    groups: int = eqx.field(static=True)
+    weight: Any
+    bias: Any
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any,
+                 stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                 bias: bool = True, *, dtype: Any = None, key: Any) -> None:
+        """torchvision's configuration, the parameters' dtype (None: float32, or float64
+        under x64) and the ``jax.random`` key they are drawn from."""
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.groups = dilation, groups
+        self.bias = bias  # the flag, checked, then the parameter of torch's name
+        self.check_configuration()
+        dtype = jax.numpy.zeros(()).dtype if dtype is None else dtype
+        init = self.initializer()
+        k_weight, k_bias = jax.random.split(key)
+        self.weight = init(k_weight, self.weight_shape, dtype)
+        self.bias = init(k_bias, (out_channels,), dtype) if bias else None
+
+    def __call__(self, input: ArrayLike, offset: ArrayLike, mask: ArrayLike | None = None,
+                 *, key: Any = None) -> Any:
+        """``[B, out_channels, out_h, out_w]`` (``[out_channels, out_h, out_w]`` for one
+        example); ``key`` is unused."""
+        del key
+        if jax.numpy.ndim(input) == 3:
+            out = self.convolve(self.weight, self.bias, jax.numpy.asarray(input)[None],
+                                jax.numpy.asarray(offset)[None],
+                                None if mask is None else jax.numpy.asarray(mask)[None])
+            return out[0]
+        return self.convolve(self.weight, self.bias, input, offset, mask)
+
+
+class _Boxes(_Module):
+    """The Equinox side of the RoI modules: called with the boxes (a batch of maps, whose
+    images the boxes' first column names)."""
+
+    def __call__(self, x: ArrayLike, boxes: Any,  # type: ignore[override]
+                 *, key: Any = None) -> Any:
+        """The boxes pooled from ``x`` (layout and result as in the class docstring);
+        ``key`` is unused."""
+        call: Callable[..., Any] = _modules._Boxes.__call__
+        return call(self, x, boxes)
+
+
+class RoIAlign(_Boxes, _modules.RoIAlign): ...
+class RoIPool(_Boxes, _modules.RoIPool): ...
+class PSRoIAlign(_Boxes, _modules.PSRoIAlign): ...
+class PSRoIPool(_Boxes, _modules.PSRoIPool): ...
+
+
+class MultiScaleRoIAlign(_Module, _modules.MultiScaleRoIAlign):
+    def __call__(self, x: Any, boxes: Any, image_shapes: Any,  # type: ignore[override]
+                 *, key: Any = None) -> Any:
+        """The boxes pooled from the maps of ``x`` (a dict) named in ``featmap_names``;
+        ``image_shapes``: each image's ``(height, width)``; ``key`` is unused."""
+        call: Callable[..., Any] = _modules.MultiScaleRoIAlign.__call__
+        return call(self, x, boxes, image_shapes)

@@ -9,6 +9,7 @@ torch.nn's order, docstring, call) on ``flax.linen.Module``: ``MaxPool2d(3, 2, 1
 
 import typing
 
+import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxpool import _modules
@@ -112,3 +113,62 @@ class PixelUnshuffle(_Module, _modules.PixelUnshuffle): ...
 class ChannelShuffle(_Module, _modules.ChannelShuffle): ...
 class Unfold(_Module, _modules.Unfold): ...
 class Fold(_Module, _modules.Fold): ...
+
+
+class MultiScaleDeformableAttention(nn.Module, _modules.MultiScaleDeformableAttention):
+    # (the docstring is the description's)
+    param_dtype: typing.Any = jnp.float32
+    """The parameters' dtype; the computation follows the inputs', as ``nn.Dense``'s."""
+
+    def setup(self) -> None:
+        self.check_configuration()
+        for which in self.PROJECTIONS:  # each under torch's name
+            _, features, weight_init, bias_init = self.projection(which)
+            setattr(self, which, nn.Dense(features, kernel_init=weight_init,
+                                          bias_init=bias_init, param_dtype=self.param_dtype,
+                                          name=which))
+
+    def __call__(self, hidden_states: ArrayLike, reference_points: ArrayLike,
+                 spatial_shapes: typing.Any, value: ArrayLike | None = None,
+                 attention_mask: ArrayLike | None = None,
+                 position_embeddings: ArrayLike | None = None) -> typing.Any:
+        """The attention's output ``[B, Q, embed_dim]`` (arguments as in the class
+        docstring)."""
+        return self.attend(lambda which, x: getattr(self, which)(x), hidden_states,
+                           reference_points, spatial_shapes, value, attention_mask,
+                           position_embeddings)
+
+
+class DeformConv2d(nn.Module, _modules.DeformConv2d):
+    # (the docstring is the description's)
+    param_dtype: typing.Any = jnp.float32
+    """The parameters' dtype; the computation follows the inputs'."""
+
+    @nn.compact
+    def __call__(self, input: ArrayLike, offset: ArrayLike,
+                 mask: ArrayLike | None = None) -> typing.Any:
+        """``[B, out_channels, out_h, out_w]`` (arguments as in the class docstring)."""
+        self.check_configuration()
+        init = self.initializer()
+        weight = self.param("weight", init, self.weight_shape, self.param_dtype)
+        bias = self.param("bias", init, (self.out_channels,), self.param_dtype) \
+            if self.bias else None
+        dtype = jnp.result_type(input)
+        return self.convolve(weight.astype(dtype), None if bias is None else
+                             bias.astype(dtype), input, offset, mask)
+
+
+class _Boxes(nn.Module):
+    """The linen side of the RoI modules: called with the boxes."""
+
+    __call__ = _modules._Boxes.__call__
+
+
+class RoIAlign(_Boxes, _modules.RoIAlign): ...  # type: ignore[misc]
+class RoIPool(_Boxes, _modules.RoIPool): ...  # type: ignore[misc]
+class PSRoIAlign(_Boxes, _modules.PSRoIAlign): ...  # type: ignore[misc]
+class PSRoIPool(_Boxes, _modules.PSRoIPool): ...  # type: ignore[misc]
+
+
+class MultiScaleRoIAlign(nn.Module, _modules.MultiScaleRoIAlign):
+    __call__ = _modules.MultiScaleRoIAlign.__call__

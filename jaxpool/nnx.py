@@ -113,3 +113,64 @@ class PixelUnshuffle(nnx.Module, _modules.PixelUnshuffle): ...
 class ChannelShuffle(nnx.Module, _modules.ChannelShuffle): ...
 class Unfold(nnx.Module, _modules.Unfold): ...
 class Fold(nnx.Module, _modules.Fold): ...
+
+
+class MultiScaleDeformableAttention(nnx.Module, _modules.MultiScaleDeformableAttention):
+    # (the docstring is the description's)
+
+    def __init__(self, embed_dim: int = 256, num_heads: int = 8, num_levels: int = 4,
+                 num_points: int = 4, *, param_dtype: typing.Any = jax.numpy.float32,
+                 rngs: nnx.Rngs) -> None:
+        """torch's configuration (mmcv's names and defaults: Deformable DETR's), the
+        parameters' dtype, and the ``nnx.Rngs`` the projections are drawn from."""
+        _modules.MultiScaleDeformableAttention.__init__(self, embed_dim, num_heads,
+                                                        num_levels, num_points)
+        self.check_configuration()
+        for which in self.PROJECTIONS:  # each under torch's name
+            inputs, features, weight_init, bias_init = self.projection(which)
+            setattr(self, which, nnx.Linear(inputs, features, kernel_init=weight_init,
+                                            bias_init=bias_init, param_dtype=param_dtype,
+                                            rngs=rngs))
+
+    def __call__(self, hidden_states: ArrayLike, reference_points: ArrayLike,
+                 spatial_shapes: typing.Any, value: ArrayLike | None = None,
+                 attention_mask: ArrayLike | None = None,
+                 position_embeddings: ArrayLike | None = None) -> typing.Any:
+        """The attention's output ``[B, Q, embed_dim]`` (arguments as in the class
+        docstring)."""
+        return self.attend(lambda which, x: getattr(self, which)(x), hidden_states,
+                           reference_points, spatial_shapes, value, attention_mask,
+                           position_embeddings)
+
+
+class DeformConv2d(nnx.Module, _modules.DeformConv2d):
+    # (the docstring is the description's)
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Size,
+                 stride: Size = 1, padding: Size = 0, dilation: Size = 1, groups: int = 1,
+                 bias: bool = True, *, param_dtype: typing.Any = jax.numpy.float32,
+                 rngs: nnx.Rngs) -> None:
+        """torchvision's configuration, the parameters' dtype, and the ``nnx.Rngs`` they
+        are drawn from."""
+        _modules.DeformConv2d.__init__(self, in_channels, out_channels, kernel_size, stride,
+                                       padding, dilation, groups, bias)
+        self.check_configuration()
+        init = self.initializer()
+        self.weight = nnx.Param(init(rngs.params(), self.weight_shape, param_dtype))
+        # the flag ``bias`` becomes the parameter of torch's name (None without one)
+        self.bias = nnx.data(nnx.Param(init(rngs.params(), (out_channels,), param_dtype))
+                             if bias else None)
+
+    def __call__(self, input: ArrayLike, offset: ArrayLike,
+                 mask: ArrayLike | None = None) -> typing.Any:
+        """``[B, out_channels, out_h, out_w]`` (arguments as in the class docstring)."""
+        dtype = jax.numpy.result_type(input)
+        bias = None if self.bias is None else self.bias[...].astype(dtype)
+        return self.convolve(self.weight[...].astype(dtype), bias, input, offset, mask)
+
+
+class RoIAlign(nnx.Module, _modules.RoIAlign): ...
+class RoIPool(nnx.Module, _modules.RoIPool): ...
+class PSRoIAlign(nnx.Module, _modules.PSRoIAlign): ...
+class PSRoIPool(nnx.Module, _modules.PSRoIPool): ...
+class MultiScaleRoIAlign(nnx.Module, _modules.MultiScaleRoIAlign): ...

@@ -78,6 +78,7 @@ class Spec:
     aten: tuple[str, ...] = ()  # ATen ops jaxpool.torchax lowers to this op
     opinfo: tuple[str, ...] = ()  # entries of torch's OpInfo catalog (op_db) that sample it
     modules: tuple[str, ...] = ()  # the torch.nn modules, and jaxpool.linen/nnx's classes
+    optional: tuple[str, ...] = ()  # arrays that may be None (deform_conv2d's bias, mask)
     @property
     def rank(self) -> int:
         """``ndim``, of an op whose name fixes it."""
@@ -88,9 +89,9 @@ class Spec:
     def __post_init__(self) -> None:
         if self.halo not in HALO_RULES:
             raise ValueError(f"{self.name}: halo must be one of {HALO_RULES}, got {self.halo!r}")
-        if not set(self.differentiable) <= set(self.arrays):
-            raise ValueError(f"{self.name}: differentiable {self.differentiable} are not "
-                             f"among the arrays {self.arrays}")
+        if not set(self.differentiable) | set(self.optional) <= set(self.arrays):
+            raise ValueError(f"{self.name}: differentiable {self.differentiable} and optional "
+                             f"{self.optional} are not among the arrays {self.arrays}")
 
 
 SPECS: dict[str, Spec] = {}
@@ -116,9 +117,16 @@ def op(spec: Spec) -> Callable[[F], F]:
 
 def static(op_name: str, x: Any) -> Any:
     """``x`` as something with a static ``shape`` and ``dtype``, without converting it (a
-    conversion could change the dtype before the checks see it)."""
+    conversion could change the dtype before the checks see it). A tuple (the maps of
+    multi_scale_roi_align) is each of its arrays."""
+    if isinstance(x, tuple):
+        return tuple(static(op_name, a) for a in x)
     checks.check_array(op_name, x)
     return x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
+
+
+def _as_jax(x: Any) -> Any:
+    return tuple(map(checks.as_jax, x)) if isinstance(x, tuple) else checks.as_jax(x)
 
 
 def run(name: str, args: dict[str, Any]) -> Any:
@@ -134,9 +142,12 @@ def run(name: str, args: dict[str, Any]) -> Any:
             return halo_jit.call(FUNCTIONS[name], {spec.arrays[0]: x}, call.spatial, args,
                                  single=call.single)
         return call.compute(checks.as_jax(x), axis_names)
-    arrays = tuple(static(name, args.pop(a)) for a in spec.arrays)
+    given = [(a, args.pop(a)) for a in spec.arrays]
+    arrays = tuple(None if v is None and a in spec.optional else static(name, v)
+                   for a, v in given)
     call = spec.prepare(spec, *arrays, axis_names=axis_names, **args)
     if axis_names is None and call.partitions and halo_jit.active(arrays[0]):
         return halo_jit.call(FUNCTIONS[name], dict(zip(spec.arrays, arrays)), call.spatial,
                              args, single=call.single)
-    return call.compute(*(checks.as_jax(a) for a in arrays), axis_names)
+    return call.compute(*(None if a is None else _as_jax(a) for a in arrays),
+                        axis_names)

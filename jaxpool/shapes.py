@@ -642,7 +642,8 @@ from jaxpool.fractional.functions import Ratio  # noqa: E402
 from jaxpool.fractional.plan import plan_fractional  # noqa: E402
 from jaxpool.grid_sampling.plan import plan_affine_grid, plan_grid_sample  # noqa: E402
 from jaxpool.patches.plan import plan_fold, plan_unfold  # noqa: E402
-from jaxpool.roi.plan import check_box_list, plan_roi_align  # noqa: E402
+from jaxpool.roi.plan import (check_box_list, plan_multi_scale_roi_align,  # noqa: E402
+                              plan_roi_align, plan_roi_pool)
 
 _DTYPE = "float32"
 """The dtype these rules give the plans that check one: a rule sees no dtype, every one of
@@ -841,6 +842,134 @@ def roi_align(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
                           channels_last).out_shape
 
 
+def _boxes_shape(op: str, boxes_shape: Shape | Sequence[Shape]) -> tuple[int, ...]:
+    """The boxes' ``[K, 5]``, from that shape or from each image's ``[L_i, 4]``."""
+    if isinstance(boxes_shape, (tuple, list)) and any(
+            isinstance(b, (tuple, list)) or hasattr(b, "shape") for b in boxes_shape):
+        per_image = [_input(op, b, f"boxes_shape[{i}]") for i, b in enumerate(boxes_shape)]
+        check_box_list(per_image, [_DTYPE] * len(per_image), op)
+        return (sum(b[0] for b in per_image), 5)
+    return _input(op, cast(Shape, boxes_shape), "boxes_shape")
+
+
+def _grid_bound(sampling_ratio, max_sampling_ratio):
+    # An adaptive grid is sized from the boxes' values, which change no shape: without
+    # them a rule checks the call as one on boxes of one sample per bin.
+    adaptive = not (isinstance(sampling_ratio, numbers.Integral) and sampling_ratio > 0)
+    return 1 if adaptive and max_sampling_ratio is None else max_sampling_ratio
+
+
+def roi_pool(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
+             output_size: int | tuple[int, int], spatial_scale: float = 1.0,
+             max_bin_size: int | None = None, *, channels_last: bool = False
+             ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.roi_pool`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``).
+      boxes_shape: as :func:`roi_align`'s.
+      output_size, spatial_scale, max_bin_size, channels_last: as :func:`jaxpool.roi_pool`.
+
+    Returns:
+      ``[K, C, Ho, Wo]`` (``[K, Ho, Wo, C]`` with ``channels_last``).
+
+    Example:
+      >>> jaxpool.shapes.roi_pool((2, 256, 50, 50), (300, 5), 7, 1 / 16)
+      (300, 256, 7, 7)
+    """
+    return plan_roi_pool(_input("roi_pool", input_shape), _DTYPE,
+                         _boxes_shape("roi_pool", boxes_shape), _DTYPE, output_size,
+                         spatial_scale, max_bin_size, channels_last).out_shape
+
+
+def ps_roi_pool(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
+                output_size: int | tuple[int, int], spatial_scale: float = 1.0,
+                max_bin_size: int | None = None, *, channels_last: bool = False
+                ) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.ps_roi_pool`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``), ``C`` a
+        multiple of ``Ho * Wo``.
+      boxes_shape: as :func:`roi_align`'s.
+      output_size, spatial_scale, max_bin_size, channels_last: as
+        :func:`jaxpool.ps_roi_pool`.
+
+    Returns:
+      ``[K, C / (Ho * Wo), Ho, Wo]`` (``[K, Ho, Wo, C / (Ho * Wo)]`` with ``channels_last``).
+
+    Example:
+      >>> jaxpool.shapes.ps_roi_pool((1, 490, 38, 50), (300, 5), 7, 1 / 16)
+      (300, 10, 7, 7)
+    """
+    return plan_roi_pool(_input("ps_roi_pool", input_shape), _DTYPE,
+                         _boxes_shape("ps_roi_pool", boxes_shape), _DTYPE, output_size,
+                         spatial_scale, max_bin_size, channels_last, op="ps_roi_pool",
+                         position_sensitive=True).out_shape
+
+
+def ps_roi_align(input_shape: Shape, boxes_shape: Shape | Sequence[Shape],
+                 output_size: int | tuple[int, int], spatial_scale: float = 1.0,
+                 sampling_ratio: int = -1, max_sampling_ratio: int | None = None, *,
+                 channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.ps_roi_align`.
+
+    Args:
+      input_shape: ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``), ``C`` a
+        multiple of ``Ho * Wo``.
+      boxes_shape: as :func:`roi_align`'s.
+      output_size, spatial_scale, sampling_ratio, max_sampling_ratio, channels_last: as
+        :func:`jaxpool.ps_roi_align`.
+
+    Returns:
+      ``[K, C / (Ho * Wo), Ho, Wo]`` (``[K, Ho, Wo, C / (Ho * Wo)]`` with ``channels_last``).
+
+    Example:
+      >>> jaxpool.shapes.ps_roi_align((1, 490, 38, 50), [(300, 4)], 7, 1 / 16, 2)
+      (300, 10, 7, 7)
+    """
+    op = "ps_roi_align"
+    return plan_roi_align(_input(op, input_shape), _DTYPE, _boxes_shape(op, boxes_shape),
+                          _DTYPE, output_size, spatial_scale, sampling_ratio, True,
+                          _grid_bound(sampling_ratio, max_sampling_ratio), channels_last,
+                          op=op, position_sensitive=True).out_shape
+
+
+def multi_scale_roi_align(features_shape: Sequence[Shape],
+                          boxes_shape: Shape | Sequence[Shape],
+                          output_size: int | tuple[int, int], sampling_ratio: int,
+                          image_shapes: Sequence[tuple[int, int]],
+                          canonical_scale: float = 224, canonical_level: float = 4,
+                          max_sampling_ratio: int | None = None, *,
+                          channels_last: bool = False) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.multi_scale_roi_align`.
+
+    Args:
+      features_shape: each map's ``[N, C, H_l, W_l]`` (``[N, H_l, W_l, C]`` with
+        ``channels_last``), in a list.
+      boxes_shape: as :func:`roi_align`'s.
+      output_size, sampling_ratio, image_shapes, canonical_scale, canonical_level,
+        max_sampling_ratio, channels_last: as :func:`jaxpool.multi_scale_roi_align`.
+
+    Returns:
+      ``[K, C, Ho, Wo]`` (``[K, Ho, Wo, C]`` with ``channels_last``).
+
+    Example:
+      >>> maps = [(2, 256, 200 >> i, 272 >> i) for i in range(4)]
+      >>> jaxpool.shapes.multi_scale_roi_align(maps, [(512, 4)] * 2, 7, 2, [(800, 1088)])
+      (1024, 256, 7, 7)
+    """
+    op = "multi_scale_roi_align"
+    if isinstance(features_shape, (str, bytes)) or not isinstance(features_shape, Sequence):
+        raise TypeError(f"{op}: features_shape must be a list of the maps' shapes, got "
+                        f"{features_shape!r}")
+    shapes = [_input(op, s, f"features_shape[{i}]") for i, s in enumerate(features_shape)]
+    return plan_multi_scale_roi_align(
+        shapes, [_DTYPE] * len(shapes), _boxes_shape(op, boxes_shape), _DTYPE, output_size,
+        sampling_ratio, image_shapes, canonical_scale, canonical_level,
+        _grid_bound(sampling_ratio, max_sampling_ratio), channels_last).out_shape
+
+
 def multi_scale_deformable_attention(value_shape: Shape, spatial_shapes: Sequence[Sequence[int]],
                                      sampling_locations_shape: Shape,
                                      attention_weights_shape: Shape, *, mode: str = "bilinear",
@@ -874,3 +1003,38 @@ def multi_scale_deformable_attention(value_shape: Shape, spatial_shapes: Sequenc
         _input(op, sampling_locations_shape, "sampling_locations_shape"), _DTYPE,
         _input(op, attention_weights_shape, "attention_weights_shape"), _DTYPE, mode,
         points_per_level).out_shape
+
+
+def deform_conv2d(input_shape: Shape, offset_shape: Shape, weight_shape: Shape,
+                  bias_shape: Shape | None = None, stride: Size = 1, padding: Size = 0,
+                  dilation: Size = 1, mask_shape: Shape | None = None) -> tuple[int, ...]:
+    """Output shape of :func:`jaxpool.deform_conv2d`.
+
+    Args:
+      input_shape: ``[B, C, H, W]``.
+      offset_shape: ``[B, 2 * offset_groups * kh * kw, out_h, out_w]``.
+      weight_shape: ``[out_channels, C / groups, kh, kw]``.
+      bias_shape: ``[out_channels]``, or None.
+      stride, padding, dilation: as :func:`jaxpool.deform_conv2d`.
+      mask_shape: ``[B, offset_groups * kh * kw, out_h, out_w]``, or None.
+
+    Returns:
+      ``[B, out_channels, out_h, out_w]``.
+
+    Example:
+      >>> jaxpool.shapes.deform_conv2d((2, 64, 28, 28), (2, 18, 28, 28), (64, 64, 3, 3),
+      ...                              padding=1, mask_shape=(2, 9, 28, 28))
+      (2, 64, 28, 28)
+    """
+    from jaxpool.deformable.plan import plan_deform_conv2d
+
+    op = "deform_conv2d"
+
+    def given(shape, name):
+        return None if shape is None else _input(op, shape, name)
+
+    bias, mask = given(bias_shape, "bias_shape"), given(mask_shape, "mask_shape")
+    return plan_deform_conv2d(
+        _input(op, input_shape), _DTYPE, _input(op, offset_shape, "offset_shape"), _DTYPE,
+        _input(op, weight_shape, "weight_shape"), _DTYPE, bias, None if bias is None else
+        _DTYPE, mask, None if mask is None else _DTYPE, stride, padding, dilation).out_shape

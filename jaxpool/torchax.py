@@ -31,12 +31,14 @@ import re
 import sys
 from typing import Any, Callable
 
+import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
 
 import jaxpool
 from jaxpool import registry
 from jaxpool.grid_sampling import plan as grid_sampling_plan
+from jaxpool.roi import functions as roi_functions
 
 # --- importing torchax --------------------------------------------------------------------
 
@@ -247,14 +249,68 @@ def _roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_rat
                              sampling_ratio, aligned)
 
 
+def _deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
+                   dilation_h, dilation_w, n_weight_grps, n_offset_grps, use_mask):
+    """``torchvision::deform_conv2d``'s schema: the groups are the shapes' (jaxpool reads
+    them as torchvision's Python wrapper does), the mask is used only with ``use_mask``
+    (else it is an empty placeholder), the bias always (zeros where the call gave none)."""
+    return jaxpool.deform_conv2d(input, offset, weight, bias, (stride_h, stride_w),
+                                 (pad_h, pad_w), (dilation_h, dilation_w),
+                                 mask if use_mask else None)
+
+
+def _roi_pool(x, rois, spatial_scale, pooled_height, pooled_width):
+    """``torchvision::roi_pool``: the output and the winners (its ``argmax``)."""
+    pooled = (pooled_height, pooled_width)
+    return (jaxpool.roi_pool(x, rois, pooled, spatial_scale),
+            roi_functions.roi_pool_argmax(x, rois, pooled, spatial_scale))
+
+
+def _channel_mapping(out, pooled_height, pooled_width):
+    """The position-sensitive ops' second output: the channel each output read, ``(c *
+    PH + i) * PW + j`` (int32, the output's shape)."""
+    c_out = out.shape[1]
+    c = jnp.arange(c_out, dtype=jnp.int32)[:, None, None]
+    i = jnp.arange(pooled_height, dtype=jnp.int32)[None, :, None]
+    j = jnp.arange(pooled_width, dtype=jnp.int32)[None, None, :]
+    return jnp.broadcast_to((c * pooled_height + i) * pooled_width + j, out.shape)
+
+
+def _ps_roi_pool(x, rois, spatial_scale, pooled_height, pooled_width):
+    """``torchvision::ps_roi_pool``: the output and its channel mapping."""
+    out = jaxpool.ps_roi_pool(x, rois, (pooled_height, pooled_width), spatial_scale)
+    return out, _channel_mapping(out, pooled_height, pooled_width)
+
+
+def _ps_roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio):
+    """``torchvision::ps_roi_align``: the output and its channel mapping (adaptive
+    sampling reads the concrete boxes of torchax's eager calls, as ``_roi_align``)."""
+    out = jaxpool.ps_roi_align(x, rois, (pooled_height, pooled_width), spatial_scale,
+                               sampling_ratio)
+    return out, _channel_mapping(out, pooled_height, pooled_width)
+
+
 def _torchvision_ops() -> list[Op]:
     """torchvision's operators, where torchvision is loaded (jaxpool does not import it:
     import torchvision before this module to have them)."""
+    ops = []
+    # each where its schema is defined (an older torchvision may lack one)
+    for name, compute in (("roi_pool", _roi_pool), ("ps_roi_pool", _ps_roi_pool),
+                          ("ps_roi_align", _ps_roi_align)):
+        try:
+            ops.append(_aten(getattr(torch.ops.torchvision, name).default, compute))
+        except (AttributeError, RuntimeError):
+            pass
     try:
         roi_align = torch.ops.torchvision.roi_align.default
     except (AttributeError, RuntimeError):
-        return []
-    return [_aten(roi_align, _roi_align)]
+        return ops
+    ops.append(_aten(roi_align, _roi_align))
+    try:
+        ops.append(_aten(torch.ops.torchvision.deform_conv2d.default, _deform_conv2d))
+    except (AttributeError, RuntimeError):  # an older torchvision without the operator
+        pass
+    return ops
 
 
 def _by_schema(function):

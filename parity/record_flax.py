@@ -63,7 +63,7 @@ def program(model, variables=None, kwargs: Mapping[str, Any] | None = None,
     mutable)."""
     kwargs = dict(kwargs or {})
     if is_nnx_module(model):
-        return _nnx_program(model, train)
+        return _nnx_program(model, train, kwargs)
     import flax.linen as nn
 
     params = variables["params"]
@@ -113,7 +113,7 @@ def _fresh_merge(graphdef, state):
     return nnx.merge(graphdef, jax.tree_util.tree_map(lambda a: a, state))
 
 
-def _nnx_program(model, train):
+def _nnx_program(model, train, kwargs):
     from flax import nnx
 
     model = nnx.clone(model)
@@ -129,7 +129,7 @@ def _nnx_program(model, train):
         for (_, var), value in zip(_nnx_stats(m), others or []):
             set_value(var, value)
         with _nnx_hook(m, hook):
-            return m(x)
+            return m(x, **kwargs)
 
     return Program([get_value(v) for _, v in _nnx_params(model)], apply,
                    lambda g: dict(zip(param_names, g)),

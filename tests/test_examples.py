@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = ("classifier.py", "wgan_gp.py", "per_example_grads.py", "sharded.py", "segment.py",
            "sharded_volume.py", "stn.py",
+           # Hugging Face's layer is its torch side (the "ports" extra)
+           pytest.param("deformable_encoder.py", marks=pytest.mark.needs_recent("transformers")),
            pytest.param("torchax_train.py", marks=pytest.mark.needs_recent("torchax")))
 
 
@@ -127,6 +129,22 @@ def test_stn(tmp_path, runner):
     # without --check-torch (tests/test_replays.py checks the same warp against torch)
     assert m["torch_ok"] is None
     assert (tmp_path / "stn_views.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# Slow: its layer-by-layer parity check and its training step (a double backward through
+# the deformable attention) compile for about 30 s of CPU. By default the same module meets
+# torch in tests/test_deformable_modules.py, and this script's --help runs here.
+@pytest.mark.slow
+@pytest.mark.needs_recent("transformers")
+def test_deformable_encoder(tmp_path, runner):
+    proc = run(runner, "deformable_encoder.py", "--steps", "3", "--size", "3", "--d-model",
+               "16", "--batch-size", "2", out=tmp_path)
+    m = metrics(tmp_path, "deformable_encoder_metrics.json")
+    assert m["parity_ok"] and m["parity_worst_output_abs_err"] < 1e-12
+    assert m["step_scatter_ops"] == [] and m["step_has_gather"]
+    assert m["bitwise_identical"] and "bitwise identical" in proc.stdout
+    assert len(m["losses"]) == 3 and all(math.isfinite(v) for v in m["losses"])
+    assert "self_attn.sampling_offsets (Linear) -> self_attn/sampling_offsets" in proc.stdout
 
 
 # sharded.py runs end to end (training and collective check in one process) in

@@ -42,6 +42,9 @@ _REFERENCE_ORDER = {
     "multi_scale_deformable_attention": (
         ("value", "spatial_shapes", "sampling_locations", "attention_weights"),
         {"mode", "points_per_level"}),
+    # torchvision's deform_conv2d takes the mask last, after the convolution's options
+    "deform_conv2d": (("input", "offset", "weight", "bias", "stride", "padding", "dilation",
+                       "mask"), set()),
 }
 
 
@@ -83,8 +86,10 @@ def test_every_module_is_described_once_and_on_both_frameworks(name):
         assert issubclass(getattr(jaxpool.nnx, module), description)
         fields = {f.name for f in __import__("dataclasses").fields(description)}
         # torch.nn's names: a field is an argument of the function, or the padding
-        # modules' ``padding`` (F.pad's ``pad``)
-        assert fields - parameters <= {"padding", "value"}, (module, fields - parameters)
+        # modules' ``padding`` (F.pad's ``pad``), or MultiScaleRoIAlign's ``featmap_names``
+        # (which of the call's maps it pools)
+        assert fields - parameters <= {"padding", "value", "featmap_names"}, (
+            module, fields - parameters)
 
 
 def test_torchax_lowers_every_aten_name_of_every_spec():
@@ -103,13 +108,13 @@ def test_torchax_lowers_every_aten_name_of_every_spec():
 
 def test_the_parity_suite_checks_every_spec_with_its_arguments():
     from parity.suite import cases
-    from parity.suite.ops import OPS
+    from parity.suite.ops import _KEYWORD_ARRAYS, OPS
 
     # every op but those that call another with some arguments fixed (upsample_*)
     assert set(OPS) == {n for n, s in SPECS.items() if s.halo != "delegate"}
     for name, op in OPS.items():
-        # roi_align's boxes go to both sides by keyword (parity.suite.ops._KEYWORD_ARRAYS)
-        assert op.arrays == len(SPECS[name].arrays) - (name == "roi_align")
+        # the RoI ops' boxes go to both sides by keyword (parity.suite.ops._KEYWORD_ARRAYS)
+        assert op.arrays == len(SPECS[name].arrays) - len(_KEYWORD_ARRAYS.get(name, ()))
         assert cases.quick_cases(ops=[name]), (
             f"{name} has no argument sets in parity/suite/cases/")
 

@@ -109,6 +109,48 @@ def sorted_sum(cotangent: jax.Array, order: Sorted, size: int, *,
     return sorted_sum_p.bind(cotangent, *order.arrays(), adding=_check_adding(adding))
 
 
+
+def read_along(values: jax.Array, order: Sorted, *, axis: int = 0, pieces: int = 1,
+               adding: str = "sorted") -> jax.Array:
+    """:func:`read` along ``axis``: values ``[..., M, ...]`` (``M`` at ``axis``) read at
+    ``order.index`` (``[K]``, in ``[0, M)``) -> ``[..., K, ...]``, every other axis read
+    whole (``[C, M]`` at axis 1 -> ``[C, K]``: each channel's row read where the index
+    says, one sort for all of them). Linear in ``values``; its transpose is
+    :func:`sorted_sum_along` with the same sort, axis and ``adding``.
+
+    ``pieces`` splits the index into that many equal runs, read by one gather each: where
+    the index is a concatenation (a sampler's corners, say), each gather then reads one
+    piece's own index and fuses into its consumer's loop, where one gather of the
+    concatenation would make every element pick its piece (BENCHMARKS.md, "Sampling where
+    the data says (CPU): grid_sample"). The values read are the same."""
+    axis = _check_axis(axis, values.ndim)
+    if order.size != values.shape[axis]:
+        raise ValueError(f"the sort is into {order.size} positions, values have "
+                         f"{values.shape[axis]} along axis {axis}")
+    k = order.index.shape[0]
+    if pieces < 1 or k % pieces:
+        raise ValueError(f"pieces must divide the index's {k} entries, got {pieces}")
+    return read_along_p.bind(values, *order.arrays(), axis=axis, pieces=int(pieces),
+                             adding=_check_adding(adding))
+
+
+def sorted_sum_along(cotangent: jax.Array, order: Sorted, size: int, *, axis: int = 0,
+                     pieces: int = 1, adding: str = "sorted") -> jax.Array:
+    """The transpose of :func:`read_along`: ``[..., K, ...] -> [..., size, ...]`` along
+    ``axis``, entry ``k`` added into position ``order.index[k]`` as :func:`sorted_sum` adds
+    rows (the same order of additions, so the same bits for every channel)."""
+    axis = _check_axis(axis, cotangent.ndim)
+    if size != order.size:
+        raise ValueError(f"size must be the sort's {order.size}, got {size}")
+    return sorted_sum_along_p.bind(cotangent, *order.arrays(), axis=axis, pieces=int(pieces),
+                                   adding=_check_adding(adding))
+
+
+def _check_axis(axis, ndim):
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim
+
 # --- implementations ----------------------------------------------------------------------
 
 def _read_impl(values, index, perm, dest, ends, adding="sorted"):
@@ -139,6 +181,48 @@ def _sum_impl(cotangent, index, perm, dest, ends, adding="sorted"):
     sums = _segment_sums(rows, starts)
     totals = jnp.take(sums, jnp.maximum(ends, 0), axis=0, mode="clip")
     present = (ends >= 0).reshape((size,) + (1,) * (cotangent.ndim - 1))
+    return jnp.where(present, totals, jnp.zeros((), cotangent.dtype))
+
+
+
+def _read_along_impl(values, index, perm, dest, ends, axis=0, pieces=1, adding="sorted"):
+    step = index.shape[0] // pieces
+    parts = [jnp.take(values, lax.slice_in_dim(index, i * step, (i + 1) * step), axis=axis,
+                      mode="clip") for i in range(pieces)]
+    return parts[0] if pieces == 1 else jnp.concatenate(parts, axis)
+
+
+def _segment_sums_along(rows, starts, axis):
+    """:func:`_segment_sums` along ``axis``: the same tree of adds and selects for every
+    other index. ``starts`` (1-d) is broadcast to ``rows``' shape, as
+    ``lax.associative_scan`` scans every operand along the same axis (a select's operand:
+    no memory once fused)."""
+    flags = jnp.broadcast_to(starts.reshape((1,) * axis + starts.shape
+                                            + (1,) * (rows.ndim - axis - 1)), rows.shape)
+
+    def combine(a, b):
+        a_start, a_sum = a
+        b_start, b_sum = b
+        return a_start | b_start, jnp.where(b_start, b_sum, a_sum + b_sum)
+    return lax.associative_scan(combine, (flags, rows), axis=axis)[1]
+
+
+def _sum_along_impl(cotangent, index, perm, dest, ends, axis=0, pieces=1, adding="sorted"):
+    if axis == 0:
+        return _sum_impl(cotangent, index, perm, dest, ends, adding)
+    size = ends.shape[0]
+    shape = cotangent.shape[:axis] + (size,) + cotangent.shape[axis + 1:]
+    if cotangent.shape[axis] == 0 or size == 0:
+        return jnp.zeros(shape, cotangent.dtype)
+    if adding == "scatter":
+        at = (slice(None),) * axis + (index,)
+        return jnp.zeros(shape, cotangent.dtype).at[at].add(
+            cotangent, indices_are_sorted=False, unique_indices=False, mode="promise_in_bounds")
+    rows = jnp.take(cotangent, perm, axis=axis, mode="clip")
+    starts = jnp.concatenate([jnp.ones((1,), bool), dest[1:] != dest[:-1]])
+    sums = _segment_sums_along(rows, starts, axis)
+    totals = jnp.take(sums, jnp.maximum(ends, 0), axis=axis, mode="clip")
+    present = (ends >= 0).reshape((1,) * axis + (size,) + (1,) * (cotangent.ndim - axis - 1))
     return jnp.where(present, totals, jnp.zeros((), cotangent.dtype))
 
 
@@ -197,3 +281,36 @@ sorted_sum_p: jax.extend.core.Primitive = linear_primitive(
     lambda ct, *aux, **params: [read_p.bind(ct, *aux, **params)])
 batching.primitive_batchers[read_p] = _batch(read_p, _rows_read)
 batching.primitive_batchers[sorted_sum_p] = _batch(sorted_sum_p, _rows_summed)
+
+
+
+# --- along an axis: the same rules, the batch kept beside the axis read -------------------
+
+def _batch_along(prim, out_rows):
+    def rule(args, dims, *, axis, **params):
+        x, aux = args[0], args[1:]
+        xd, aux_dims = dims[0], dims[1:]
+        if all(d is None for d in aux_dims):
+            # One sort for the whole batch: the batch is one more axis read whole.
+            out = prim.bind(jnp.moveaxis(x, xd, 0), *aux, axis=axis + 1, **params)
+            return out, 0
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        folded = _folded_order(aux, aux_dims, size)
+        # The batch just before the axis, folded into its positions.
+        x = jnp.moveaxis(_at_front(x, xd, size), 0, axis)
+        merged = x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+        out = prim.bind(merged, *folded, axis=axis, **params)
+        return out.reshape(out.shape[:axis] + (size, out_rows(aux, aux_dims))
+                           + out.shape[axis + 1:]), axis
+    return rule
+
+
+read_along_p: jax.extend.core.Primitive = linear_primitive(
+    "jaxpool_read_along", _read_along_impl,
+    lambda ct, *aux, **params: [sorted_sum_along_p.bind(ct, *aux, **params)])
+sorted_sum_along_p: jax.extend.core.Primitive = linear_primitive(
+    "jaxpool_sorted_sum_along", _sum_along_impl,
+    lambda ct, *aux, **params: [read_along_p.bind(ct, *aux, **params)])
+batching.primitive_batchers[read_along_p] = _batch_along(read_along_p, _rows_read)
+batching.primitive_batchers[sorted_sum_along_p] = _batch_along(sorted_sum_along_p,
+                                                               _rows_summed)

@@ -1,6 +1,7 @@
 """Multi-scale deformable attention (Deformable DETR's ``MSDeformAttn`` core, RT-DETR's):
 every head of every query reads a few points of each level of a feature pyramid and sums
-them, weighted. Values are the pure-PyTorch reference's (Hugging Face's
+them, weighted; and deformable convolution (torchvision's ``deform_conv2d``, DCN v1 and
+v2), whose window taps read where the offsets move them. Values are the pure-PyTorch reference's (Hugging Face's
 ``multi_scale_deformable_attention``, mmcv's ``multi_scale_deformable_attn_pytorch``,
 RT-DETRv2's ``deformable_attention_core_func_v2``); derivatives of every order, in the
 value, the locations and the weights, in both modes, read with gathers and add back with a
@@ -21,7 +22,7 @@ from jaxpool import registry
 from jaxpool.core import dtypes
 from jaxpool.core.types import AxisNames
 from jaxpool.deformable import kernel
-from jaxpool.deformable.plan import plan_multi_scale_deformable_attention
+from jaxpool.deformable.plan import plan_deform_conv2d, plan_multi_scale_deformable_attention
 from jaxpool.registry import Prepared, Spec
 
 SpatialShapes = Union[Sequence[Sequence[int]], ArrayLike]
@@ -102,3 +103,83 @@ def multi_scale_deformable_attention(value: ArrayLike, spatial_shapes: SpatialSh
       Array([[[5., 6.]]], dtype=float32)
     """
     return registry.run("multi_scale_deformable_attention", locals())
+
+
+IntPair = Union[int, Sequence[int]]
+
+
+def _prepare_conv(spec: Spec, input: Any, offset: Any, weight: Any, bias: Any, mask: Any, *,
+                  stride: IntPair, padding: IntPair, dilation: IntPair,
+                  axis_names: AxisNames) -> Prepared:
+    def shape(a):
+        return None if a is None else a.shape
+
+    def dtype(a):
+        return None if a is None else dtypes.name(a)
+
+    plan = plan_deform_conv2d(input.shape, dtypes.name(input), offset.shape,
+                              dtypes.name(offset), weight.shape, dtypes.name(weight),
+                              shape(bias), dtype(bias), shape(mask), dtype(mask), stride,
+                              padding, dilation)
+    # a sharded input is replicated by XLA's partitioner: the reads go anywhere
+    return Prepared(lambda x, o, w, b, m, names: kernel.deform_conv2d(plan, x, o, w, b, m),
+                    (), partitions=False)
+
+
+@registry.op(Spec("deform_conv2d", "deform_conv2d", _prepare_conv,
+                  arrays=("input", "offset", "weight", "bias", "mask"),
+                  differentiable=("input", "offset", "weight", "bias", "mask"),
+                  optional=("bias", "mask"), halo="replicate",
+                  # torchvision.ops.deform_conv2d: torchvision is an optional package, which
+                  # jaxpool does not import; the twin is its CPU kernel's arithmetic written
+                  # in torch, in parity.deform_conv
+                  torch="parity.deform_conv.torch_twin",
+                  # torchvision::deform_conv2d is torchvision's operator, not ATen's
+                  aten=()))
+def deform_conv2d(input: ArrayLike, offset: ArrayLike, weight: ArrayLike,
+                  bias: ArrayLike | None = None, stride: IntPair = 1, padding: IntPair = 0,
+                  dilation: IntPair = 1, mask: ArrayLike | None = None) -> jax.Array:
+    """Deformable convolution, as ``torchvision.ops.deform_conv2d``: DCN v1 (Deformable
+    ConvNets), and v2 with ``mask`` (modulated).
+
+    Each tap ``(i, j)`` of the ``kh x kw`` window at output position ``(oy, ox)`` reads the
+    input at ``y = (oy * stride - padding) + i * dilation + dy``, ``x = ... + dx``, the
+    offsets ``(dy, dx)`` its own (per offset group, tap and output position), bilinearly
+    as torchvision's CPU kernel: 0 where ``y <= -1``, ``y >= H``, ``x <= -1`` or
+    ``x >= W``; else the 4 pixels around, a pixel off the map counting as 0, summed
+    ``w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4``; with ``mask``, times the tap's mask. The
+    samples (the columns of torchvision's im2col) are contracted with the weight in one
+    matmul, the weight groups its batch, and ``bias`` added.
+
+    Derivatives of every order, reverse and forward mode, in all five arrays; the reads
+    are gathers and their transposes sorted, segmented sums: no scatter on the GPU and TPU
+    tables. torchvision's operator has a first derivative only, and its CUDA backward adds
+    with atomics (no determinism alert). Where the bilinear rule has a kink (a coordinate
+    exactly on -1 or the map's size, or on a pixel), jaxpool's derivative is that of the
+    branch the kernel takes; torchvision's hand-written backward takes the other side at
+    ``y = -1`` (and ``x = -1``) for the offsets, where the kernel's value is 0.
+
+    Args:
+      input: ``[B, C, H, W]``, floating point.
+      offset: ``[B, 2 * offset_groups * kh * kw, out_h, out_w]``, ``(dy, dx)`` for each
+        offset group's taps in turn; ``offset_groups`` must divide ``C``.
+      weight: ``[out_channels, C / groups, kh, kw]``; ``groups = C // weight.shape[1]``
+        must divide ``out_channels``.
+      bias: ``[out_channels]``, or None.
+      stride, padding, dilation: an int, or a pair (height, width).
+      mask: ``[B, offset_groups * kh * kw, out_h, out_w]``, or None (DCN v1).
+      Every array in ``input``'s dtype.
+
+    Returns:
+      ``[B, out_channels, out_h, out_w]``, ``out = (H + 2 * padding - (dilation * (kh - 1)
+      + 1)) // stride + 1``, in ``input``'s dtype; float16/bfloat16 compute in float32 and
+      round once.
+
+    Example:
+      >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+      >>> weight = jnp.ones((1, 1, 1, 1))
+      >>> offset = jnp.full((1, 2, 4, 4), 0.5)   # every tap half a pixel down and right
+      >>> jaxpool.deform_conv2d(x, offset, weight)[0, 0, 0]
+      Array([2.5, 3.5, 4.5, 2.5], dtype=float32)
+    """
+    return registry.run("deform_conv2d", locals())

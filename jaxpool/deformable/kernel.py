@@ -23,11 +23,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
 from jaxpool.core.rules import rounded
-from jaxpool.deformable.plan import DeformablePlan
+from jaxpool.deformable.plan import DeformablePlan, DeformConvPlan
 
 
 def source_coordinate(loc, size: int):
@@ -143,3 +144,95 @@ def _attention(plan: DeformablePlan, adding: str, value: jax.Array, locations: j
     terms = rounded(weights[..., None] * samples)  # [n, points, dim]
     out = functools.reduce(jnp.add, [terms[:, p] for p in range(points)])
     return out.reshape(plan.out_shape).astype(dtype)
+
+
+# --- deform_conv2d --------------------------------------------------------------------------
+
+def _conv_axis(c, size: int):
+    """One axis of torchvision's ``bilinear_interpolate`` at coordinate ``c``: its low
+    pixel (no derivative), the weights of the low and high pixel (``1 - l``, ``l``), and
+    whether each of the two is on the map."""
+    low = jax.lax.stop_gradient(jnp.floor(c))
+    l = c - low
+    h = jnp.asarray(1, c.dtype) - l
+    return low, (h, l), (low >= 0, low + 1 <= size - 1)
+
+
+def deform_conv2d(plan: DeformConvPlan, input: jax.Array, offset: jax.Array,
+                  weight: jax.Array, bias: jax.Array | None,
+                  mask: jax.Array | None) -> jax.Array:
+    """The plan's call, its derivatives adding back as the strategy table's grid-sampling
+    row says for the backend traced for (the same bilinear reads, added back the same
+    way)."""
+    adding = strategy_table.lookup("grid sampling", "reads added back",
+                                   strategy_table.current_backend())
+    return _deform_conv2d(plan, adding, input, offset, weight, bias, mask)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _deform_conv2d(plan: DeformConvPlan, adding: str, input: jax.Array, offset: jax.Array,
+                   weight: jax.Array, bias: jax.Array | None,
+                   mask: jax.Array | None) -> jax.Array:
+    dtype, compute = input.dtype, jnp.dtype(plan.compute_dtype)
+    if 0 in plan.out_shape:
+        return jnp.zeros(plan.out_shape, dtype)
+    b, c, height, width = plan.batch, plan.channels, plan.height, plan.width
+    groups, (kh, kw), (oh, ow) = plan.offset_groups, plan.kernel, plan.out
+    taps, per_group = plan.taps, c // groups
+    input, offset, weight = (a.astype(compute) for a in (input, offset, weight))
+    # rows [B * G * H * W, C / G]: offset group g of example b reads block b * G + g
+    table = jnp.transpose(input.reshape(b, groups, per_group, height, width),
+                          (0, 1, 3, 4, 2)).reshape(-1, per_group)
+    # offset channel (g, tap, axis): [B, G, taps, 2, out_h, out_w], (dy, dx) per tap
+    offset = offset.reshape(b, groups, taps, 2, oh, ow)
+    # The taps' positions before the offsets, in ints as the kernel computes them:
+    # (out_y * stride - pad) + i * dilation, [taps, out_h, 1] and [taps, 1, out_w].
+    (sh, sw), (ph, pw), (dh, dw) = plan.stride, plan.padding, plan.dilation
+    i, j = np.divmod(np.arange(taps), kw)
+    base_y = (np.arange(oh)[None, :] * sh - ph + i[:, None] * dh)[:, :, None]
+    base_x = (np.arange(ow)[None, :] * sw - pw + j[:, None] * dw)[:, None, :]
+    y = jnp.asarray(base_y, compute) + offset[:, :, :, 0]
+    x = jnp.asarray(base_x, compute) + offset[:, :, :, 1]
+    # bilinear_interpolate's early exit: 0 outside (-1, size) on either axis (NaN: inside).
+    # The coordinates of a tap that exits are set to 0, so that no derivative reaches them
+    # (an infinite one would give NaN weights, and NaN times a zero cotangent).
+    inside = ~((y <= -1) | (y >= height) | (x <= -1) | (x >= width))
+    zero = jnp.zeros((), compute)
+    y, x = jnp.where(inside, y, zero), jnp.where(inside, x, zero)
+    y0, wy, (top, bottom) = _conv_axis(y, height)
+    x0, wx, (left, right) = _conv_axis(x, width)
+    block = (jax.lax.iota(jnp.int32, b * groups).reshape(b, groups, 1, 1, 1) *
+             (height * width))
+    index, live, corner = [], [], []
+    for dy, hy, ry in ((0, wy[0], top), (1, wy[1], bottom)):
+        for dx, hx, rx in ((0, wx[0], left), (1, wx[1], right)):
+            ok = inside & ry & rx
+            # a corner off the map reads its block's first pixel, which a select zeros
+            row = jnp.where(ok, y0 + dy, 0).astype(jnp.int32)
+            col = jnp.where(ok, x0 + dx, 0).astype(jnp.int32)
+            index.append(block + row * width + col)
+            live.append(ok)
+            corner.append(rounded(hy * hx))  # w1 = hh * hw, w2 = hh * lw, ...
+    flat = jnp.stack(index, -1).reshape(-1)  # [B, G, taps, out_h, out_w, 4]
+    values = read(table, sort_order(flat, b * groups * height * width), adding=adding)
+    values = values.reshape(b, groups, taps, oh, ow, 4, per_group)
+    terms = [rounded(corner[t][..., None] * jnp.where(live[t][..., None], values[..., t, :],
+                                                      zero)) for t in range(4)]
+    # w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4, left to right
+    sample = functools.reduce(jnp.add, terms)
+    sample = jnp.where(inside[..., None], sample, zero)
+    if mask is not None:
+        sample = rounded(mask.astype(compute).reshape(b, groups, taps, oh, ow)[..., None] *
+                         sample)
+    # the columns [B, C, taps, P]: channel g * C/G + c, as im2col lays them out
+    columns = jnp.transpose(sample, (0, 1, 5, 2, 3, 4)).reshape(b, c * taps, oh * ow)
+    wg = plan.weight_groups
+    columns = columns.reshape(b, wg, (c // wg) * taps, oh * ow)
+    kernel = weight.reshape(wg, plan.out_channels // wg, (c // wg) * taps)
+    # one matmul, the weight groups its batch: [groups, out / groups, B, P]
+    out = jax.lax.dot_general(kernel, columns, (((2,), (2,)), ((0,), (1,))),
+                              precision=jax.lax.Precision.HIGHEST)
+    out = jnp.transpose(out, (2, 0, 1, 3)).reshape(plan.out_shape)
+    if bias is not None:
+        out = out + bias.astype(compute)[None, :, None, None]
+    return out.astype(dtype)

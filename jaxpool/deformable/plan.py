@@ -1,6 +1,7 @@
-"""The arguments of ``multi_scale_deformable_attention``, in plain Python: the checks, raised
-before any computation with the argument's name and value, and the static layout of one
-call (levels, points per level, where each level's rows start in ``value``)."""
+"""The arguments of ``multi_scale_deformable_attention`` and ``deform_conv2d``, in plain
+Python: the checks, raised before any computation with the argument's name and value, and
+the static layout of one call (attention: levels, points per level, where each level's rows
+start in ``value``; convolution: groups, window and output extents)."""
 
 from __future__ import annotations
 
@@ -195,3 +196,144 @@ def plan_multi_scale_deformable_attention(
                          f"shape {locations_shape} has more positions than int32 indexes")
     return DeformablePlan(batch, queries, heads, head_dim, levels, points, flat, mode,
                           value_dtype)
+
+
+# --- deform_conv2d --------------------------------------------------------------------------
+
+CONV = "deform_conv2d"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeformConvPlan:
+    """One ``deform_conv2d`` call: ``[batch, channels, height, width]`` maps read at every
+    output position ``out`` (height, width) and tap of a ``kernel`` (height, width) window,
+    moved by the offsets, in ``offset_groups`` groups of channels, then contracted with a
+    ``[out_channels, channels / weight_groups, *kernel]`` weight in ``weight_groups`` groups.
+    ``stride``, ``padding`` and ``dilation`` are (height, width) pairs; ``bias`` and
+    ``mask`` say whether the call has them."""
+    batch: int
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    offset_groups: int
+    weight_groups: int
+    out: tuple
+    bias: bool
+    mask: bool
+    dtype: str
+
+    @property
+    def taps(self) -> int:
+        """The window's taps, ``kh * kw``."""
+        return self.kernel[0] * self.kernel[1]
+
+    @property
+    def compute_dtype(self) -> str:
+        """Half precision computes in float32 and rounds once."""
+        return dtypes.compute_dtype(self.dtype)
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.batch, self.out_channels) + self.out
+
+
+def _conv_pair(value, name: str, least: int) -> tuple:
+    """torch's ``_pair``: an int for both axes, or a pair (height, width), each at least
+    ``least``."""
+    accepted = f"an int >= {least} or a pair of them (height, width)"
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{CONV}: {name} must be {accepted}, got {value!r}")
+        pair = tuple(checks.as_int(f"{CONV}: {name}", v, value, accepted) for v in value)
+    else:
+        pair = (checks.as_int(f"{CONV}: {name}", value, value, accepted),) * 2
+    if min(pair) < least:
+        raise ValueError(f"{CONV}: {name} must be {accepted}, got {value!r}")
+    return pair
+
+
+def plan_deform_conv2d(input_shape: Sequence[int], input_dtype: str,
+                       offset_shape: Sequence[int], offset_dtype: str,
+                       weight_shape: Sequence[int], weight_dtype: str,
+                       bias_shape: Sequence[int] | None, bias_dtype: str | None,
+                       mask_shape: Sequence[int] | None, mask_dtype: str | None,
+                       stride, padding, dilation) -> DeformConvPlan:
+    """torchvision's checks (``deform_conv2d`` and its CPU kernel's ``TORCH_CHECK``\\ s),
+    raised as ValueError or TypeError naming the argument and its value, and the plan.
+    A ``None`` shape is an array the call does not give (no bias, no mask)."""
+    stride = _conv_pair(stride, "stride", 1)
+    padding = _conv_pair(padding, "padding", 0)
+    dilation = _conv_pair(dilation, "dilation", 1)
+    named = [("input", input_dtype), ("offset", offset_dtype), ("weight", weight_dtype)]
+    named += [(n, d) for n, d in (("bias", bias_dtype), ("mask", mask_dtype)) if d is not None]
+    for name, dtype in named:
+        if not dtypes.is_floating(dtype):
+            raise TypeError(f"{CONV}: {name} must have a floating dtype "
+                            f"({', '.join(dtypes.FLOATING)}), got {dtype}")
+    if len({dtype for _, dtype in named}) != 1:
+        raise TypeError(f"{CONV}: {', '.join(n for n, _ in named)} must have one dtype, got "
+                        f"{', '.join(f'{n} {d}' for n, d in named)}")
+    input_shape, offset_shape = tuple(input_shape), tuple(offset_shape)
+    weight_shape = tuple(weight_shape)
+    for name, shape, layout in (
+            ("input", input_shape, "[B, C, H, W]"),
+            ("offset", offset_shape, "[B, 2 * offset_groups * kh * kw, out_h, out_w]"),
+            ("weight", weight_shape, "[out_channels, C / groups, kh, kw]"),
+            ("mask", mask_shape, "[B, offset_groups * kh * kw, out_h, out_w]")):
+        if shape is not None and len(shape) != 4:
+            raise ValueError(f"{CONV}: {name} must be 4-D {layout}, got shape {tuple(shape)}")
+    batch, channels, height, width = input_shape
+    out_channels, per_group, kh, kw = weight_shape
+    if kh < 1 or kw < 1:
+        raise ValueError(f"{CONV}: weight must have a kernel of at least 1 x 1, got shape "
+                         f"{weight_shape}")
+    if per_group < 1 or channels % per_group:
+        raise ValueError(f"{CONV}: weight of shape {weight_shape} takes {per_group} channels "
+                         f"per group, which must divide input's {channels} (input of shape "
+                         f"{input_shape})")
+    weight_groups = channels // per_group
+    if out_channels % weight_groups:
+        raise ValueError(f"{CONV}: weight of shape {weight_shape} has {out_channels} output "
+                         f"channels, which its {weight_groups} groups (input's {channels} "
+                         f"channels / {per_group}) must divide")
+    taps = kh * kw
+    offset_groups = offset_shape[1] // (2 * taps)
+    if offset_groups == 0 or offset_shape[1] != offset_groups * 2 * taps:
+        raise ValueError(f"{CONV}: offset must have 2 * offset_groups * kh * kw channels, a "
+                         f"positive multiple of {2 * taps} for the {kh} x {kw} kernel, got "
+                         f"shape {offset_shape}")
+    if channels % offset_groups:
+        raise ValueError(f"{CONV}: offset of shape {offset_shape} has {offset_groups} groups, "
+                         f"which must divide input's {channels} channels (input of shape "
+                         f"{input_shape})")
+    out = tuple((size + 2 * p - (d * (k - 1) + 1)) // s + 1 for size, p, d, k, s in zip(
+        (height, width), padding, dilation, (kh, kw), stride))
+    if min(out) < 1:
+        raise ValueError(f"{CONV}: the output would be {out[0]} x {out[1]}: input of shape "
+                         f"{input_shape} is smaller than the {kh} x {kw} kernel's reach "
+                         f"(dilation {dilation}) after padding {padding}")
+    expected = (batch, 2 * offset_groups * taps) + out
+    if offset_shape != expected:
+        raise ValueError(f"{CONV}: offset must have shape {expected} ([B, 2 * offset_groups "
+                         f"* kh * kw, out_h, out_w]), got {offset_shape}")
+    if mask_shape is not None:
+        expected = (batch, offset_groups * taps) + out
+        if tuple(mask_shape) != expected:
+            raise ValueError(f"{CONV}: mask must have shape {expected} ([B, offset_groups * "
+                             f"kh * kw, out_h, out_w], offset_groups = {offset_groups}), got "
+                             f"{tuple(mask_shape)}")
+    if bias_shape is not None and tuple(bias_shape) != (out_channels,):
+        raise ValueError(f"{CONV}: bias must have shape ({out_channels},) (weight's output "
+                         f"channels), got {tuple(bias_shape)}")
+    if batch * offset_groups * height * width > dtypes.INT32_MAX or \
+            batch * offset_groups * taps * out[0] * out[1] * 4 > dtypes.INT32_MAX:
+        raise ValueError(f"{CONV}: input of shape {input_shape} read at offset of shape "
+                         f"{offset_shape} has more positions than int32 indexes")
+    return DeformConvPlan(batch, channels, height, width, out_channels, (kh, kw), stride,
+                          padding, dilation, offset_groups, weight_groups, out,
+                          bias_shape is not None, mask_shape is not None, input_dtype)

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
 from jaxpool.core.rules import rounded
-from jaxpool.roi.plan import RoiAlignPlan
+from jaxpool.roi.plan import (COORDINATE_LIMIT, LEVEL_EPS, MultiScalePlan, RoiAlignPlan,
+                              RoiPoolPlan)
 
 
 def _divide(a, b):
@@ -56,7 +57,7 @@ def _cols(a):
     return jnp.transpose(a, (2, 0, 1))[None, :, :, None, :]
 
 
-def _axis(c, size):
+def _axis(c, size):  # size: an int, or each box's as [K, 1, 1] (multi-scale)
     """``bilinear`` along one axis of ``size`` pixels (``pre_calc_for_bilinear_interpolate``):
     whether the coordinate is in range (``[-1, size]``; NaN is not), the low and high pixel,
     and their weights ``h`` and ``l``. The derivative is the branch's the kernel takes:
@@ -67,7 +68,7 @@ def _axis(c, size):
     c = jnp.where(inside, c, jnp.zeros((), dtype))  # keeps the indices in range
     low = jax.lax.stop_gradient(jnp.floor(c))  # c >= 0: the int conversion's truncation
     last = low >= size - 1
-    top = jnp.asarray(size - 1, dtype)
+    top = jnp.asarray(size - 1).astype(dtype)
     high = jnp.where(last, top, low + 1)
     low = jnp.where(last, top, low)
     c = jnp.where(last, low, c)
@@ -76,12 +77,55 @@ def _axis(c, size):
     return inside, low.astype(jnp.int32), high.astype(jnp.int32), h, l
 
 
+def _adding() -> str:
+    return strategy_table.lookup("grid sampling", "reads added back",
+                                 strategy_table.current_backend())
+
+
 def roi_align(plan: RoiAlignPlan, x: jax.Array, rois: jax.Array) -> jax.Array:
-    """The plan's call on ``x`` and ``rois``, its derivatives adding back as the strategy
-    table's grid-sampling row says for the backend traced for."""
-    adding = strategy_table.lookup("grid sampling", "reads added back",
-                                   strategy_table.current_backend())
-    return _roi_align(plan, adding, x, rois)
+    """The plan's call on ``x`` and ``rois`` (``roi_align`` or, position-sensitive,
+    ``ps_roi_align``), its derivatives adding back as the strategy table's grid-sampling
+    row says for the backend traced for."""
+    return _roi_align(plan, _adding(), x, rois)
+
+
+def _channels_first_groups(x, plan, channels_last):
+    """``x`` as ``[N, PH, PW, H, W, C_out]``: output channel ``c`` of bin ``(i, j)`` reads
+    input channel ``(c * PH + i) * PW + j`` (torchvision's position-sensitive layout)."""
+    (ph, pw), n = plan.pooled, plan.batch
+    if channels_last:
+        x = x.reshape(n, plan.height, plan.width, plan.out_channels, ph, pw)
+        return jnp.transpose(x, (0, 4, 5, 1, 2, 3))
+    x = x.reshape(n, plan.out_channels, ph, pw, plan.height, plan.width)
+    return jnp.transpose(x, (0, 2, 3, 4, 5, 1))
+
+
+def _layout(plan, x):
+    """``x`` as the rows the reads take, ``[N * H * W, C]`` (position-sensitive:
+    ``[N * PH * PW * H * W, C_out]``, each bin's channel group its own block of rows)."""
+    if plan.position_sensitive:
+        x = _channels_first_groups(x, plan, plan.channels_last)
+    elif not plan.channels_last:
+        x = jnp.moveaxis(x, 1, -1)
+    return x.reshape(-1, plan.out_channels)
+
+
+def _bin_base(plan, image):
+    """Each bin's first row in :func:`_layout`'s rows, ``[K, PH, PW]``."""
+    (ph, pw), area = plan.pooled, plan.height * plan.width
+    if not plan.position_sensitive:
+        return jnp.broadcast_to((image * area)[:, None, None], (image.shape[0], ph, pw))
+    group = (image[:, None, None] * ph + jnp.arange(ph)[None, :, None]) * pw + \
+        jnp.arange(pw)[None, None, :]
+    return group * area
+
+
+def _batch_index(rois, n):
+    """The boxes' images (truncated, as the kernel's ``int``) and whether each names one
+    (NaN: no)."""
+    index = jax.lax.stop_gradient(jnp.trunc(rois[:, 0]))
+    known = (index >= 0) & (index < n)
+    return jnp.where(known, index, 0).astype(jnp.int32), known
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -90,34 +134,59 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
     if 0 in plan.out_shape:
         return jnp.zeros(plan.out_shape, dtype)
     x, rois = x.astype(compute), rois.astype(compute)
-    n, c, height, width = plan.batch, plan.channels, plan.height, plan.width
-    (bins_h, bins_w), (rows, cols) = plan.pooled, plan.grid
+    image, known_image = _batch_index(rois, plan.batch)
+    out = align_bins(plan, adding, _layout(plan, x), rois, _bin_base(plan, image),
+                     plan.height, plan.width, jnp.asarray(plan.spatial_scale, compute))
+    out = jnp.where(~known_image[:, None, None, None], jnp.asarray(jnp.nan, compute), out)
     if not plan.channels_last:
-        x = jnp.moveaxis(x, 1, -1)
-    values = x.reshape(n * height * width, c)
+        out = jnp.moveaxis(out, -1, 1)
+    return out.astype(dtype)
 
-    index = jax.lax.stop_gradient(jnp.trunc(rois[:, 0]))
-    known_image = (index >= 0) & (index < n)  # NaN: no
-    image = jnp.where(known_image, index, 0).astype(jnp.int32)
-    scale = jnp.asarray(plan.spatial_scale, compute)
-    offset = jnp.asarray(0.5 if plan.aligned else 0.0, compute)
+
+def align_bins(plan, adding: str, values, rois, base, height, width, scale):
+    """The bins ``[K, PH, PW, C]`` of ``roi_align`` (``plan.position_sensitive``:
+    ``ps_roi_align``'s) from ``values``' rows; ``base``: each bin's first row ``[K, PH,
+    PW]``; ``height``, ``width``, ``scale``: the map's (ints and a scalar), or each box's
+    (``[K]`` arrays: multi-scale, every level's rows in ``values``). A box past the static
+    grid is NaN."""
+    compute = values.dtype
+    (bins_h, bins_w), (rows, cols), k = plan.pooled, plan.grid, plan.rois
+    ps = plan.position_sensitive
+    per_box = not isinstance(height, int)
+    if per_box:
+        height_k, width_k = height.astype(compute), width.astype(compute)
+        h_axis, w_axis = height_k[:, None, None], width_k[:, None, None]
+        row_width = width[None, None, :, None, None]
+    else:
+        h_axis, w_axis, row_width = height, width, width
+
+    aligned = plan.aligned or ps
+    offset = jnp.asarray(0.5 if aligned else 0.0, compute)
     start_w, start_h = rounded(rois[:, 1] * scale) - offset, rounded(rois[:, 2] * scale) - offset
     end_w, end_h = rounded(rois[:, 3] * scale) - offset, rounded(rois[:, 4] * scale) - offset
     roi_w, roi_h = end_w - start_w, end_h - start_h
-    if not plan.aligned:  # std::max(extent, 1): malformed boxes count as 1 x 1
+    if not aligned:  # std::max(extent, 1): malformed boxes count as 1 x 1
         one = jnp.ones((), compute)
         roi_w = jnp.where(roi_w < 1, one, roi_w)
         roi_h = jnp.where(roi_h < 1, one, roi_h)
     bin_h, bin_w = _divide(roi_h, bins_h), _divide(roi_w, bins_w)
 
-    k = plan.rois
     if plan.adaptive:
         def per_bin(extent, bins):
             count = jax.lax.stop_gradient(jnp.ceil(_divide(extent, bins)))
             usable = jnp.isfinite(count) & (count > 0) & (count <= 2 ** 31 - 1)
-            return jnp.where(usable, count, jnp.zeros((), compute))
-        rows_k, cols_k = per_bin(roi_h, bins_h), per_bin(roi_w, bins_w)
-        count = jnp.maximum(rows_k * cols_k, jnp.ones((), compute))
+            return jnp.where(usable, count, jnp.zeros((), compute)), count
+        (rows_k, raw_h), (cols_k, raw_w) = per_bin(roi_h, bins_h), per_bin(roi_w, bins_w)
+        if ps:
+            # ps_roi_align divides by the int product of the two counts, unclamped: 0 for
+            # an empty box (0 / 0: NaN), negative for an inverted one (x86 converts NaN and
+            # out-of-range floats to INT_MIN; the product wraps)
+            def as_int(c):
+                fits = jnp.isfinite(c) & (c >= -2 ** 31) & (c <= 2 ** 31 - 1)
+                return jnp.where(fits, c, -2 ** 31).astype(jnp.int32)
+            count = (as_int(raw_h) * as_int(raw_w)).astype(compute)
+        else:
+            count = jnp.maximum(rows_k * cols_k, jnp.ones((), compute))
         over = (rows_k > rows) | (cols_k > cols)
         # the divisor of the unused samples too (their values are dropped, their
         # derivatives must not be NaN)
@@ -130,8 +199,8 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
 
     ys = _samples(start_h, bin_h, bins_h, rows, div_h)  # [K, bins_h, rows]
     xs = _samples(start_w, bin_w, bins_w, cols, div_w)  # [K, bins_w, cols]
-    in_y, y_low, y_high, hy, ly = _axis(ys, height)
-    in_x, x_low, x_high, hx, lx = _axis(xs, width)
+    in_y, y_low, y_high, hy, ly = _axis(ys, h_axis)
+    in_x, x_low, x_high, hx, lx = _axis(xs, w_axis)
     if plan.adaptive:
         in_y = in_y & (jnp.arange(rows)[None, None, :] < rows_k[:, None, None])
         in_x = in_x & (jnp.arange(cols)[None, None, :] < cols_k[:, None, None])
@@ -139,21 +208,25 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
     # every sample's corners as [rows, cols, K, bins_h, bins_w]
     shape = (rows, cols, k, bins_h, bins_w)
     live = _rows(in_y) & _cols(in_x)
-    base = (image * (height * width))[None, None, :, None, None]
-    # An empty sample reads its image's first pixel with weight 0, as the kernel's (so
-    # a NaN or inf there reaches the bin).
+    base = base[None, None]
+    # An empty sample reads its bin's first pixel with weight 0, as roi_align's kernel
+    # does (so a NaN or inf there reaches the bin); ps_roi_align's returns 0 unread.
     empty = jnp.broadcast_to(base, shape)
     corners, weights = [], []
     for yi, wy in ((y_low, hy), (y_high, ly)):
         for xi, wx in ((x_low, hx), (x_high, lx)):
-            corners.append(jnp.where(live, base + _rows(yi) * width + _cols(xi), empty))
+            corners.append(jnp.where(live, base + _rows(yi) * row_width + _cols(xi), empty))
             weights.append(jnp.where(live, _rows(wy) * _cols(wx), jnp.zeros((), compute)))
     flat = jnp.stack(corners, axis=2).reshape(-1)
-    taps = read(values, sort_order(flat, n * height * width), adding=adding)
+    c = values.shape[1]
+    taps = read(values, sort_order(flat, values.shape[0]), adding=adding)
     taps = taps.reshape(rows, cols, 4, k * bins_h * bins_w, c)
     # The kernel's backward skips empty samples: no derivative reaches their reads.
+    # ps_roi_align's reads none there: 0 (a NaN in the pixel must not reach the bin, nor,
+    # times its zero weight, the boxes' derivative).
     live_taps = live.reshape(rows, cols, 1, -1, 1)
-    taps = jnp.where(live_taps, taps, jax.lax.stop_gradient(taps))
+    empty_taps = jnp.zeros((), compute) if ps else jax.lax.stop_gradient(taps)
+    taps = jnp.where(live_taps, taps, empty_taps)
 
     # The kernel sums a bin's samples one after another, row by row: a scan over the
     # samples keeps that order (and one program for every grid size).
@@ -176,10 +249,183 @@ def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -
     total, _ = jax.lax.scan(add_sample, jnp.zeros((kb, c), compute),
                             (w, taps.reshape(rows * cols, 4, kb, c), used))
     out = _divide(total.reshape(k, bins_h, bins_w, c), count[:, None, None, None])
-    # A box past the static bound, or naming no image (traced boxes only: concrete ones
-    # are checked): NaN in all its outputs, never a silently different value.
-    flagged = (over | ~known_image)[:, None, None, None]
+    # A box past the static bound: NaN in all its outputs, never a silently different
+    # value.
+    return jnp.where(over[:, None, None, None], jnp.asarray(jnp.nan, compute), out)
+
+
+# --- roi_pool and ps_roi_pool ---------------------------------------------------------------
+
+FLT_MAX = 3.4028234663852886e38
+"""A non-empty bin's start in ``roi_pool``'s kernel, ``-FLT_MAX`` in every dtype: an
+element wins only if it is greater (NaN and ``-inf`` never do)."""
+
+
+def _round_half_away(x):
+    """C's ``round``: half away from zero (``jnp.round`` rounds half to even)."""
+    whole = jnp.trunc(x)
+    return jnp.where(jnp.abs(x - whole) >= 0.5, whole + jnp.sign(x), whole)
+
+
+def roi_pool(plan: RoiPoolPlan, x: jax.Array, rois: jax.Array) -> jax.Array:
+    """The plan's ``roi_pool`` (position-sensitive: ``ps_roi_pool``) on ``x`` and
+    ``rois``."""
+    return _roi_pool(plan, _adding(), x, rois)
+
+
+def roi_pool_argmax(plan: RoiPoolPlan, x: jax.Array, rois: jax.Array) -> jax.Array:
+    """torchvision's second output of ``roi_pool``: each output's winning pixel, ``h * W +
+    w`` in its image and channel, -1 where none wins (int32, the output's shape)."""
+    return _roi_pool(plan, _adding(), x, rois, True)
+
+
+@jax.custom_jvp
+def _pick(taps, winner):
+    """``taps[..., winner, :]`` along axis -2 (``winner``: ``[..., C]``): the value, its
+    bits; the derivative goes to the winner alone, as a select (no gather to transpose)."""
+    return jnp.take_along_axis(taps, winner[..., None, :], axis=-2)[..., 0, :]
+
+
+@_pick.defjvp
+def _pick_jvp(primals, tangents):
+    taps, winner = primals
+    chosen = jnp.arange(taps.shape[-2])[:, None] == winner[..., None, :]
+    tangent = jnp.sum(jnp.where(chosen, tangents[0], jnp.zeros((), taps.dtype)), axis=-2)
+    return _pick(taps, winner), tangent
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 4))
+def _roi_pool(plan: RoiPoolPlan, adding: str, x: jax.Array, rois: jax.Array,
+              argmax: bool = False) -> jax.Array:
+    dtype, compute = x.dtype, jnp.dtype(plan.compute_dtype)
+    if 0 in plan.out_shape:
+        return jnp.zeros(plan.out_shape, dtype)
+    x = x.astype(compute)
+    # the rounding makes the output piecewise constant in the boxes: no derivative there
+    rois = jax.lax.stop_gradient(rois.astype(compute))
+    (ph, pw), (bh, bw), k = plan.pooled, plan.bins, plan.rois
+    image, known_image = _batch_index(rois, plan.batch)
+    scaled = rois[:, 1:5] * jnp.asarray(plan.spatial_scale, compute)
+    corners = _round_half_away(scaled)
+    usable = jnp.all(jnp.isfinite(corners) & (jnp.abs(corners) <= COORDINATE_LIMIT), axis=1)
+    corners = jnp.where(usable[:, None], corners, 0).astype(jnp.int32)
+    plus = 0 if plan.position_sensitive else 1
+
+    def edges(lo, hi, bins, limit):
+        extent = jnp.maximum(corners[:, hi] - corners[:, lo] + plus, 1)
+        size = _divide(extent.astype(compute), bins)
+        p = jnp.arange(bins, dtype=compute)[None]
+        start = jnp.floor(rounded(p * size[:, None])).astype(jnp.int32)
+        end = jnp.ceil(rounded((p + 1) * size[:, None])).astype(jnp.int32)
+        start = jnp.clip(start + corners[:, lo, None], 0, limit)
+        end = jnp.clip(end + corners[:, lo, None], 0, limit)
+        return start, end  # [K, bins]
+
+    limit_h, limit_w = plan.limits
+    h_start, h_end = edges(1, 3, ph, limit_h)
+    w_start, w_end = edges(0, 2, pw, limit_w)
+    over = jnp.any(h_end - h_start > bh, axis=1) | jnp.any(w_end - w_start > bw, axis=1)
+    rows = h_start[:, :, None] + jnp.arange(bh)  # [K, PH, bh]
+    cols = w_start[:, :, None] + jnp.arange(bw)  # [K, PW, bw]
+    in_rows, in_cols = rows < h_end[:, :, None], cols < w_end[:, :, None]
+    # [K, PH, PW, bh, bw], each bin's pixels row by row (the kernel's scan order)
+    inside = in_rows[:, :, None, :, None] & in_cols[:, None, :, None, :]
+    pixel = jnp.where(in_rows, rows, 0)[:, :, None, :, None] * plan.width + \
+        jnp.where(in_cols, cols, 0)[:, None, :, None, :]
+    base = _bin_base(plan, image)[..., None, None]
+    flat = jnp.where(inside, base + pixel, base).reshape(-1)
+    values = _layout(plan, x)
+    c = values.shape[1]
+    taps = read(values, sort_order(flat, values.shape[0]), adding=adding)
+    taps = taps.reshape(k, ph, pw, bh * bw, c)
+    inside = inside.reshape(k, ph, pw, bh * bw, 1)
+    empty = ((h_end <= h_start)[:, :, None] | (w_end <= w_start)[:, None, :])[..., None]
+
+    if plan.position_sensitive:
+        # the mean: the bin's pixels summed one after another, row by row
+        def add_pixel(total, pixel):
+            taps_p, inside_p = pixel
+            return jnp.where(inside_p, total + taps_p, total), None
+
+        total, _ = jax.lax.scan(add_pixel, jnp.zeros((k, ph, pw, c), compute),
+                                (jnp.moveaxis(taps, 3, 0), jnp.moveaxis(inside, 3, 0)))
+        area = ((h_end - h_start)[:, :, None] * (w_end - w_start)[:, None, :])[..., None]
+        out = jnp.where(empty, jnp.zeros((), compute),
+                        _divide(total, jnp.maximum(area, 1).astype(compute)))
+    else:
+        # the max: the first pixel greater than all before it, from -FLT_MAX (NaN never
+        # is); none (an empty bin, or only NaN and values <= -FLT_MAX): the start value
+        floor = jnp.asarray(-FLT_MAX, compute)
+        candidate = inside & (taps > floor)
+        best = jnp.max(jnp.where(candidate, taps, floor), axis=3, keepdims=True)
+        winner = jnp.argmax(candidate & (taps == best), axis=3)
+        found = jnp.any(candidate, axis=3)
+        start = jnp.where(empty, jnp.zeros((), compute), floor)
+        out = jnp.where(found, _pick(taps, winner), start)
+        if argmax:
+            where = jnp.broadcast_to(pixel.reshape(k, ph, pw, bh * bw, 1), taps.shape)
+            index = jnp.take_along_axis(where, winner[..., None, :], axis=3)[..., 0, :]
+            index = jnp.where(found, index, -1).astype(jnp.int32)
+            return index if plan.channels_last else jnp.moveaxis(index, -1, 1)
+    # a box past the static bound, naming no image (traced boxes), or with coordinates
+    # the kernel's ints cannot hold: NaN in all its outputs
+    flagged = (over | ~known_image | ~usable)[:, None, None, None]
     out = jnp.where(flagged, jnp.asarray(jnp.nan, compute), out)
     if not plan.channels_last:
+        out = jnp.moveaxis(out, -1, 1)
+    return out.astype(dtype)
+
+
+# --- multi-scale roi_align ------------------------------------------------------------------
+
+def multi_scale_roi_align(plan: MultiScalePlan, features: tuple, rois: jax.Array) -> jax.Array:
+    """The plan's call: each box pooled from its level's map, every level's rows read at
+    once."""
+    return _multi_scale(plan, _adding(), tuple(features), rois)
+
+
+def levels(plan: MultiScalePlan, rois: jax.Array) -> jax.Array:
+    """torchvision's ``LevelMapper`` (:func:`jaxpool.roi.plan.box_levels`) in the boxes'
+    dtype; -1 where it gives no level. One level: every box on it."""
+    if len(plan.levels) == 1:
+        return jnp.zeros(rois.shape[:1], jnp.int32)
+    dtype = rois.dtype
+    area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+    s = _divide(jnp.sqrt(area), plan.canonical_scale)
+    level = jnp.floor((jnp.asarray(plan.canonical_level, dtype) + jnp.log2(s))
+                      + jnp.asarray(LEVEL_EPS, dtype))
+    level = jnp.clip(level, plan.k_min, plan.k_max)
+    return jnp.where(jnp.isnan(level), -1,
+                     jnp.nan_to_num(level) - plan.k_min).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _multi_scale(plan: MultiScalePlan, adding: str, features: tuple,
+                 rois: jax.Array) -> jax.Array:
+    align = plan.align
+    dtype, compute = features[0].dtype, jnp.dtype(align.compute_dtype)
+    if 0 in align.out_shape:
+        return jnp.zeros(align.out_shape, dtype)
+    rois = rois.astype(compute)
+    # the levels' rows one after another: [sum of N * H_l * W_l, C]
+    values = jnp.concatenate([
+        (f if align.channels_last else jnp.moveaxis(f, 1, -1)).astype(compute)
+        .reshape(-1, align.channels) for f in features])
+    n = align.batch
+    sizes = [n * h * w for h, w in plan.levels]
+    level = jax.lax.stop_gradient(levels(plan, rois))
+    lookup = jnp.where(level < 0, 0, level)
+    height = jnp.asarray([h for h, _ in plan.levels], jnp.int32)[lookup]
+    width = jnp.asarray([w for _, w in plan.levels], jnp.int32)[lookup]
+    scale = jnp.asarray(plan.scales, compute)[lookup]
+    first = jnp.asarray([sum(sizes[:i]) for i in range(len(sizes))], jnp.int32)[lookup]
+    image, known_image = _batch_index(rois, n)
+    base = first + image * height * width
+    base = jnp.broadcast_to(base[:, None, None], (align.rois,) + align.pooled)
+    out = align_bins(align, adding, values, rois, base, height, width, scale)
+    out = jnp.where(~known_image[:, None, None, None], jnp.asarray(jnp.nan, compute), out)
+    # no level (an inverted box): torchvision leaves the row at 0
+    out = jnp.where((level < 0)[:, None, None, None], jnp.zeros((), compute), out)
+    if not align.channels_last:
         out = jnp.moveaxis(out, -1, 1)
     return out.astype(dtype)

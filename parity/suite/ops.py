@@ -96,7 +96,7 @@ class Op:
 
 
 # The kinds whose derivatives hold only away from ties (a max picks one of equal elements).
-MAX_KINDS = ("max", "adaptive_max", "global_max", "fractional_max_pool")
+MAX_KINDS = ("max", "adaptive_max", "global_max", "fractional_max_pool", "roi_pool")
 
 # The suite's kind of each family of jaxpool.registry, where it is not the family's name.
 _KINDS = {"avg_pool": "avg", "adaptive_avg_pool": "adaptive", "global_avg_pool": "global",
@@ -111,7 +111,8 @@ _TORCH_NAMES = {"fractional_max_pool": {"samples": "_random_samples"}}
 # Array arguments the suite gives both sides by keyword, never differentiated, by op:
 # roi_align's boxes stay concrete inside jaxpool's traced program, where its adaptive grid
 # is sized from them.
-_KEYWORD_ARRAYS = {"roi_align": ("boxes",)}
+_KEYWORD_ARRAYS = {"roi_align": ("boxes",), "roi_pool": ("boxes",), "ps_roi_align": ("boxes",),
+                   "ps_roi_pool": ("boxes",)}
 
 
 # --- twins from packages beside torch ---------------------------------------------------
@@ -130,9 +131,27 @@ def _torchvision_roi_align() -> Callable:
     return torchvision.ops.roi_align
 
 
+def _torchvision_twin(name: str, *args) -> Callable[[], Callable]:
+    """The loader of ``torchvision.ops.<name>``, once its operator has run on a tiny input
+    with ``args`` after the input and boxes (it raises where the compiled library did not
+    load)."""
+    def load() -> Callable:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torchvision.ops
+        getattr(torch.ops.torchvision, name)(
+            torch.zeros(1, 4, 2, 2, dtype=torch.float64),
+            torch.tensor([[0.0, 0.0, 0.0, 1.0, 1.0]], dtype=torch.float64), 1.0, *args)
+        return getattr(torchvision.ops, name)
+    return load
+
+
 # op -> (package, loader): the loader returns the twin, or raises where it does not load
 _OPTIONAL_TWINS: dict[str, tuple[str, Callable[[], Callable]]] = {
     "roi_align": ("torchvision", _torchvision_roi_align),
+    "roi_pool": ("torchvision", _torchvision_twin("roi_pool", 1, 1)),
+    "ps_roi_align": ("torchvision", _torchvision_twin("ps_roi_align", 2, 2, -1)),
+    "ps_roi_pool": ("torchvision", _torchvision_twin("ps_roi_pool", 2, 2)),
 }
 _loaded: dict[str, tuple[Callable | None, str | None]] = {}  # op -> (twin, why not)
 
@@ -185,17 +204,19 @@ class _Linear(torch.autograd.Function):
         return _Linear.apply(g, adjoint, apply), None, None
 
 
-def _torch_roi_align(ndim) -> Callable[[dict], Callable]:
-    """torchvision's roi_align on the input, the boxes from the keyword arguments (as
-    tensors in the input's dtype). Its operator has a first derivative in the input alone,
-    and no second; it is linear in the input, so every derivative is its forward or its
-    backward kernel: the twin is that pair (``_Linear``)."""
+def _torch_roi_align(ndim, op: str = "roi_align") -> Callable[[dict], Callable]:
+    """torchvision's roi_align (ps_roi_align, ps_roi_pool) on the input, the boxes from the
+    keyword arguments (as tensors in the input's dtype). Its operator has a first
+    derivative in the input alone, and no second; it is linear in the input, so every
+    derivative is its forward or its backward kernel: the twin is that pair
+    (``_Linear``)."""
 
     def build(kwargs):
-        kw = {k: v for k, v in kwargs.items() if k not in ("boxes", "max_sampling_ratio")}
+        kw = {k: v for k, v in kwargs.items()
+              if k not in ("boxes", "max_sampling_ratio", "max_bin_size")}
 
         def call(x):
-            twin = _optional_twin("roi_align")
+            twin = _optional_twin(op)
             boxes = kwargs["boxes"]
             boxes = ([to_torch(b).to(x.dtype) for b in boxes]
                      if isinstance(boxes, (list, tuple)) else to_torch(boxes).to(x.dtype))
@@ -215,10 +236,32 @@ def _torch_roi_align(ndim) -> Callable[[dict], Callable]:
     return build
 
 
+def _torch_roi_pool(ndim) -> Callable[[dict], Callable]:
+    """torchvision's roi_pool on the input, the boxes from the keyword arguments: a max,
+    differentiated by torch autograd through its operator (its first derivative only)."""
+
+    def build(kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in ("boxes", "max_bin_size")}
+
+        def call(x):
+            twin = _optional_twin("roi_pool")
+            boxes = kwargs["boxes"]
+            boxes = ([to_torch(b).to(x.dtype) for b in boxes]
+                     if isinstance(boxes, (list, tuple)) else to_torch(boxes).to(x.dtype))
+            return twin(x, boxes, **kw)
+
+        return call
+
+    return build
+
+
 # torch twins that are not ``torch_fn(twin)``.
 _TORCH_BUILDERS = {"avg": _torch_avg, "global": lambda ndim: _torch_global("mean"),
                    "global_max": lambda ndim: _torch_global("amax"),
-                   "roi_align": _torch_roi_align}
+                   "roi_align": _torch_roi_align,
+                   "ps_roi_align": lambda ndim: _torch_roi_align(ndim, "ps_roi_align"),
+                   "ps_roi_pool": lambda ndim: _torch_roi_align(ndim, "ps_roi_pool"),
+                   "roi_pool": _torch_roi_pool}
 
 
 def _resolve(dotted: str) -> Callable:

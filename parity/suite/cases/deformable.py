@@ -1,5 +1,6 @@
-"""Cases of jaxpool.deformable: multi_scale_deformable_attention against the pure-PyTorch
-reference (:mod:`parity.deformable`: Hugging Face's ``multi_scale_deformable_attention``
+"""Cases of jaxpool.deformable: deform_conv2d against torchvision's CPU kernel written in
+torch (:mod:`parity.deform_conv`), and multi_scale_deformable_attention against the
+pure-PyTorch reference (:mod:`parity.deformable`: Hugging Face's ``multi_scale_deformable_attention``
 for ``P`` points on every level, RT-DETRv2's ``deformable_attention_core_func_v2`` for a
 count per level and for its discrete sampling, ``mode="nearest"``).
 
@@ -18,7 +19,18 @@ from .common import Sets, normals
 
 OP = "multi_scale_deformable_attention"
 
+CONV = "deform_conv2d"
+
+# deform_conv2d: a set's ``shape`` is the input's, its ``shapes`` the offset's, the
+# weight's, the bias's and the mask's, all drawn from a standard normal (offsets of about a
+# pixel: taps inside, across pixels and past the border).
+
 MAIN: dict[str, Sets] = {
+    CONV: [
+        # DCN v2: 3 x 3, padding 1, one offset group, mask and bias
+        ((2, 4, 5, 6), dict(stride=1, padding=1, dilation=1),
+         ((2, 18, 5, 6), (3, 4, 3, 3), (3,), (2, 9, 5, 6))),
+    ],
     OP: [
         # Deformable DETR's layout: 2 levels, 2 points on each
         ((2, 26, 2, 3), dict(spatial_shapes=((4, 5), (2, 3))),
@@ -27,6 +39,11 @@ MAIN: dict[str, Sets] = {
 }
 
 EXTRA: dict[str, Sets] = {
+    CONV: [
+        # offset groups 2, weight groups 2, stride and dilation per axis
+        ((1, 4, 6, 5), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+         ((1, 36, 3, 1), (4, 2, 3, 3), (4,), (1, 18, 3, 1))),
+    ],
     OP: [
         # RT-DETRv2's layout: a count per level, a 1 x 1 level
         ((1, 17, 3, 2), dict(spatial_shapes=((3, 5), (1, 2)), points_per_level=(3, 1)),
@@ -62,4 +79,17 @@ def _errors(rng: np.random.Generator) -> list:
     ]
 
 
-ERRORS = {OP: _errors}
+def _conv_errors(rng: np.random.Generator) -> list:
+    x, o, w, b, m = normals(rng, (2, 4, 5, 5), (2, 18, 3, 3), (2, 4, 3, 3), (2,),
+                            (2, 9, 3, 3))
+    return [
+        ("offset channels not 2 * kh * kw * groups", (x, o[:, :-1], w, b), {"mask": m}),
+        ("mask of the wrong shape", (x, o, w, b), {"mask": m[:, :4]}),
+        ("weight channels that do not divide the input's",
+         (x, o, normals(rng, (2, 3, 3, 3))[0], b), {"mask": m}),
+        ("offset of the wrong extent", (x, o[:, :, :2], w, b), {"mask": m}),
+        ("kernel larger than the map", (x[:, :, :2], o, w, b), {"mask": m}),
+    ]
+
+
+ERRORS = {OP: _errors, CONV: _conv_errors}

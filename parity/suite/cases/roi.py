@@ -1,4 +1,6 @@
-"""Cases of jaxpool.roi: roi_align against ``torchvision.ops.roi_align``.
+"""Cases of jaxpool.roi: roi_align, roi_pool, ps_roi_align and ps_roi_pool against
+``torchvision.ops``' functions of the same names (multi_scale_roi_align is roi_align per
+level: its cases are roi_align's).
 
 The boxes are drawn per case (:func:`_boxes`) and given to both sides by keyword, never
 differentiated: torchvision's operator has no derivative in them, and jaxpool reads
@@ -21,6 +23,17 @@ MAIN: dict[str, Sets] = {
         ((2, 3, 7, 9), dict(output_size=(2, 3), spatial_scale=0.5, sampling_ratio=2,
                             aligned=False), ((6, 5),)),
     ],
+    "roi_pool": [
+        ((2, 3, 7, 9), dict(output_size=(2, 3), spatial_scale=0.5), ((6, 5),)),
+    ],
+    # the position-sensitive ops: C = C_out * PH * PW
+    "ps_roi_align": [
+        ((2, 12, 7, 9), dict(output_size=(2, 3), spatial_scale=0.5, sampling_ratio=2),
+         ((6, 5),)),
+    ],
+    "ps_roi_pool": [
+        ((2, 12, 7, 9), dict(output_size=(2, 3), spatial_scale=0.5), ((6, 5),)),
+    ],
 }
 
 EXTRA: dict[str, Sets] = {
@@ -32,6 +45,16 @@ EXTRA: dict[str, Sets] = {
         # a list of per-image boxes, an image without any
         ((3, 2, 6, 6), dict(output_size=(2, 2), spatial_scale=0.25, sampling_ratio=3,
                             aligned=True), ((2, 4), (0, 4), (3, 4))),
+    ],
+    "roi_pool": [
+        ((3, 2, 6, 5), dict(output_size=3, spatial_scale=2.0), ((2, 4), (0, 4), (3, 4))),
+    ],
+    "ps_roi_align": [
+        # adaptive, as R-FCN's 7x7 head calls it
+        ((1, 8, 6, 5), dict(output_size=2, sampling_ratio=-1), ((6, 5),)),
+    ],
+    "ps_roi_pool": [
+        ((3, 4, 6, 6), dict(output_size=(1, 2), spatial_scale=0.25), ((2, 4), (0, 4), (3, 4))),
     ],
 }
 
@@ -70,7 +93,9 @@ def _boxes(case, rng: np.random.Generator) -> dict[str, object]:
     kw = dict(case.kwargs)
     scale = kw.get("spatial_scale", 1.0)
     kinds: tuple[str, ...] = _KINDS
-    if kw.get("aligned", False) and kw.get("sampling_ratio", -1) <= 0:
+    # (ps_roi_align is always aligned)
+    if (kw.get("aligned", False) or case.op == "ps_roi_align") and \
+            kw.get("sampling_ratio", -1) <= 0:
         kinds = tuple(k for k in _KINDS if k != "inverted")
     listed = case.shapes[0][1] == 4
     count = sum(s[0] for s in case.shapes) if listed else case.shapes[0][0]
@@ -90,7 +115,7 @@ def _boxes(case, rng: np.random.Generator) -> dict[str, object]:
     return {"boxes": np.concatenate([index[:, None], coords], axis=1).astype(dtype)}
 
 
-DRAWN = {"roi_align": _boxes}
+DRAWN = {"roi_align": _boxes, "roi_pool": _boxes, "ps_roi_align": _boxes, "ps_roi_pool": _boxes}
 
 
 def _roi_align_errors(rng: np.random.Generator) -> list:
@@ -106,4 +131,15 @@ def _roi_align_errors(rng: np.random.Generator) -> list:
     ]
 
 
-ERRORS = {"roi_align": _roi_align_errors}
+def _ps_errors(rng: np.random.Generator) -> list:
+    x = rng.standard_normal((2, 8, 5, 6))
+    boxes = np.array([[0.0, 0.5, 0.5, 3.0, 2.5], [1.0, 1.0, 0.0, 5.0, 4.0]])
+    return [
+        ("channels not a multiple of the bins", (x[:, :6], boxes, 2), {}),
+        ("boxes of 4 columns", (x, boxes[:, 1:], 2), {}),
+        ("integer input", (x.astype(np.int64), boxes.astype(np.int64), 2), {}),
+    ]
+
+
+ERRORS = {"roi_align": _roi_align_errors, "roi_pool": _roi_align_errors,
+          "ps_roi_align": _ps_errors, "ps_roi_pool": _ps_errors}
