@@ -133,3 +133,26 @@ def table(results: list[dict]) -> str:
                      f"{_ms(sides[peer])} | {_ms(sides['torch'])} | "
                      f"{sides['jaxpool']['median_ms'] / fastest:.2f} |")
     return "\n".join(lines)
+
+
+def sides_table(results: list[dict]) -> str:
+    """The markdown table: one row per cell and quantity, a column per side; the ratio is
+    jaxpool's median over the fastest peer's (every side not named ``jaxpool...``), and
+    each other jaxpool side's (``jaxpool-sorted``: the GPU table's adding) too."""
+    sides = list(results[0]["sides"]) if results else ["jaxpool", "torch"]
+    ours = [s for s in sides if s.startswith("jaxpool")]
+    peers = [s for s in sides if s not in ours]
+    columns = ours + peers
+    head = "| cell | quantity | " + " | ".join(f"{s} ms" for s in columns) + " | " + \
+        " | ".join(f"{s} / fastest peer" for s in ours) + " |"
+    lines = [head, "|---|---|" + "---:|" * (len(columns) + len(ours))]
+    previous = None
+    for r in results:
+        t = r["sides"]
+        fastest = min(t[s]["median_ms"] for s in peers)
+        words = r["words"] if r["cell"] != previous else ""
+        previous = r["cell"]
+        lines.append(f"| {words} | {r['quantity']} | "
+                     + " | ".join(_ms(t[s]) for s in columns) + " | "
+                     + " | ".join(f"{t[s]['median_ms'] / fastest:.2f}" for s in ours) + " |")
+    return "\n".join(lines)

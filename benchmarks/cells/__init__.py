@@ -13,6 +13,9 @@ and the cell sets that cut across families.
   roi_align, timed in one table by ``python -m benchmarks.programs.patches_roi``;
 - :mod:`~benchmarks.cells.fractional`: fractional_max_pool2d/3d
   (``python -m benchmarks.cells.fractional``);
+- :mod:`~benchmarks.cells.deformable`: multi_scale_deformable_attention
+  (``python -m benchmarks.cells.deformable``), and the same family's deform_conv2d in
+  :mod:`~benchmarks.cells.deform_conv` (``python -m benchmarks.cells.deform_conv``);
 - across families: :mod:`~benchmarks.cells.eager` (eager calls against jitted ones and
   torch), :mod:`~benchmarks.cells.compile_times` (compile time against the extents and the
   ratio), :mod:`~benchmarks.cells.equinox_modules` (jaxpool.equinox's modules against

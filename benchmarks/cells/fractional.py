@@ -14,8 +14,8 @@ second derivative, jitted, beside:
 - ``jnp gather``: a plain JAX port reading each window's elements with ``jnp`` indexing and
   taking ``jnp.max`` (its derivatives are XLA's scatter-adds);
 - with ``--sorted``, ``jaxpool-sorted``: jaxpool with the GPU table's adding (the sorted sum
-  in place of the CPU table's scatter-add): the evidence for the strategy table's row (the
-  table's last column then counts it among the peers).
+  in place of the CPU table's scatter-add), a column and a ratio of its own: the evidence
+  for the strategy table's row.
 
 Run from the repository root:
 
@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.derivatives import MODES, Cell, run, table
+from benchmarks.derivatives import MODES, Cell, run, sides_table
 from benchmarks.machine import describe, versions
 
 __all__ = ["DEFAULT_CELLS", "cells", "main"]
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     print(f"{datetime.date.today()}, {describe()}, {versions()}; median ms per call "
           "± half the interquartile range, float32")
     print()
-    print(table(results))
+    print(sides_table(results))
     return 0
 
 
