@@ -147,15 +147,61 @@ def _attention(plan: DeformablePlan, adding: str, value: jax.Array, locations: j
 
 
 # --- deform_conv2d --------------------------------------------------------------------------
+#
+# The layout, chosen by measurement (BENCHMARKS.md, "Deformable convolution (CPU)";
+# benchmarks/cells/deform_conv.py):
+#
+# - The input is read as rows ``[B * H * W * G + 1, C / G]``: channels last, so that each
+#   corner is one contiguous row, and a last row of zeros that every corner off the map
+#   reads. That row stands in for torchvision's "read only where on the map": ``w * 0`` is
+#   0 for the finite weights a corner has, and no derivative reaches the input through it
+#   (it is not the input's). A tap that exits reads it at all four corners (its coordinates
+#   zeroed, its weights finite), so its sample is 0 without a select.
+# - The per-tap quantities (corner rows and weights) are computed in the offsets' own
+#   layout ``[B, G, taps, P]``, where the arithmetic is contiguous, and the weights written
+#   out once (:func:`_written_out`): fused into the read, XLA would compute them again for
+#   every channel.
+# - The samples come out ``[B * P, taps, C]``, channels last as the rows were read, and the
+#   one ``dot_general`` contracts (taps, channels) with the weight as it is; XLA transposes
+#   the weight (``O * C * taps``) rather than the columns (``B * P * C * taps``).
+# - The derivatives of the corners' sum are contractions (:func:`_bilinear`); the forward
+#   program has the one ``dot_general`` with the weight, as torchvision's im2col.
 
-def _conv_axis(c, size: int):
-    """One axis of torchvision's ``bilinear_interpolate`` at coordinate ``c``: its low
-    pixel (no derivative), the weights of the low and high pixel (``1 - l``, ``l``), and
-    whether each of the two is on the map."""
-    low = jax.lax.stop_gradient(jnp.floor(c))
-    l = c - low
-    h = jnp.asarray(1, c.dtype) - l
-    return low, (h, l), (low >= 0, low + 1 <= size - 1)
+
+@jax.custom_jvp
+def _written_out(x):
+    """``x`` (the corner weights, stacked), written out once rather than computed again
+    inside the read for every channel: behind the barrier XLA:CPU does not fold the
+    consumer's slices of the stack into its producers, and keeps the stack a fusion of its
+    own. The tangent passes through untouched, so that no derivative pads around it."""
+    return jax.lax.optimization_barrier(x)
+
+
+@_written_out.defjvp
+def _written_out_jvp(primals, tangents):
+    return _written_out(primals[0]), tangents[0]
+
+
+@jax.custom_jvp
+def _bilinear(corner: jax.Array, values: jax.Array) -> jax.Array:
+    """``w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4`` (torchvision's sum, left to right, each
+    product rounded) of ``corner`` ``[..., 4]`` and ``values`` ``[..., 4, C]``."""
+    return functools.reduce(jnp.add, [rounded(corner[..., t, None] * values[..., t, :])
+                                      for t in range(4)])
+
+
+@_bilinear.defjvp
+def _bilinear_jvp(primals, tangents):
+    # The tangent as two contractions over the 4 corners, batched over the rest. Their
+    # transposes are contractions too: the weights' cotangent reads the values where they
+    # lie, where the derivative of the sum above copies each corner's values out and
+    # reduces them one by one (slower at every order on XLA:CPU).
+    (w, v), (dw, dv) = primals, tangents
+    lead = tuple(range(w.ndim - 1))
+    dims = (((w.ndim - 1,), (w.ndim - 1,)), (lead, lead))
+    highest = jax.lax.Precision.HIGHEST
+    return _bilinear(w, v), (jax.lax.dot_general(dw, v, dims, precision=highest) +
+                             jax.lax.dot_general(w, dv, dims, precision=highest))
 
 
 def deform_conv2d(plan: DeformConvPlan, input: jax.Array, offset: jax.Array,
@@ -178,61 +224,66 @@ def _deform_conv2d(plan: DeformConvPlan, adding: str, input: jax.Array, offset: 
         return jnp.zeros(plan.out_shape, dtype)
     b, c, height, width = plan.batch, plan.channels, plan.height, plan.width
     groups, (kh, kw), (oh, ow) = plan.offset_groups, plan.kernel, plan.out
-    taps, per_group = plan.taps, c // groups
+    taps, per_group, p = plan.taps, c // groups, oh * ow
     input, offset, weight = (a.astype(compute) for a in (input, offset, weight))
-    # rows [B * G * H * W, C / G]: offset group g of example b reads block b * G + g
-    table = jnp.transpose(input.reshape(b, groups, per_group, height, width),
-                          (0, 1, 3, 4, 2)).reshape(-1, per_group)
-    # offset channel (g, tap, axis): [B, G, taps, 2, out_h, out_w], (dy, dx) per tap
-    offset = offset.reshape(b, groups, taps, 2, oh, ow)
+    # rows [B * H * W * G, C / G]: pixel (y, x) of example b, offset group g at row
+    # ((b * H + y) * W + x) * G + g; then the zero row, ``rows``
+    rows = b * height * width * groups
+    table = jnp.transpose(input.reshape(b, groups, per_group, height * width),
+                          (0, 3, 1, 2)).reshape(rows, per_group)
+    table = jnp.concatenate([table, jnp.zeros((1, per_group), compute)])
+    # offset channel (g, tap, axis): [B, G, taps, 2, P], (dy, dx) per tap
+    offset = offset.reshape(b, groups, taps, 2, p)
     # The taps' positions before the offsets, in ints as the kernel computes them:
-    # (out_y * stride - pad) + i * dilation, [taps, out_h, 1] and [taps, 1, out_w].
+    # (out_y * stride - pad) + i * dilation, [taps, P].
     (sh, sw), (ph, pw), (dh, dw) = plan.stride, plan.padding, plan.dilation
     i, j = np.divmod(np.arange(taps), kw)
-    base_y = (np.arange(oh)[None, :] * sh - ph + i[:, None] * dh)[:, :, None]
-    base_x = (np.arange(ow)[None, :] * sw - pw + j[:, None] * dw)[:, None, :]
-    y = jnp.asarray(base_y, compute) + offset[:, :, :, 0]
-    x = jnp.asarray(base_x, compute) + offset[:, :, :, 1]
+    oy, ox = np.divmod(np.arange(p), ow)
+    y = jnp.asarray(oy[None, :] * sh - ph + i[:, None] * dh, compute) + offset[:, :, :, 0]
+    x = jnp.asarray(ox[None, :] * sw - pw + j[:, None] * dw, compute) + offset[:, :, :, 1]
     # bilinear_interpolate's early exit: 0 outside (-1, size) on either axis (NaN: inside).
     # The coordinates of a tap that exits are set to 0, so that no derivative reaches them
     # (an infinite one would give NaN weights, and NaN times a zero cotangent).
     inside = ~((y <= -1) | (y >= height) | (x <= -1) | (x >= width))
     zero = jnp.zeros((), compute)
     y, x = jnp.where(inside, y, zero), jnp.where(inside, x, zero)
-    y0, wy, (top, bottom) = _conv_axis(y, height)
-    x0, wx, (left, right) = _conv_axis(x, width)
-    block = (jax.lax.iota(jnp.int32, b * groups).reshape(b, groups, 1, 1, 1) *
-             (height * width))
-    index, live, corner = [], [], []
-    for dy, hy, ry in ((0, wy[0], top), (1, wy[1], bottom)):
-        for dx, hx, rx in ((0, wx[0], left), (1, wx[1], right)):
-            ok = inside & ry & rx
-            # a corner off the map reads its block's first pixel, which a select zeros
-            row = jnp.where(ok, y0 + dy, 0).astype(jnp.int32)
-            col = jnp.where(ok, x0 + dx, 0).astype(jnp.int32)
-            index.append(block + row * width + col)
-            live.append(ok)
-            corner.append(rounded(hy * hx))  # w1 = hh * hw, w2 = hh * lw, ...
-    flat = jnp.stack(index, -1).reshape(-1)  # [B, G, taps, out_h, out_w, 4]
-    values = read(table, sort_order(flat, b * groups * height * width), adding=adding)
-    values = values.reshape(b, groups, taps, oh, ow, 4, per_group)
-    terms = [rounded(corner[t][..., None] * jnp.where(live[t][..., None], values[..., t, :],
-                                                      zero)) for t in range(4)]
-    # w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4, left to right
-    sample = functools.reduce(jnp.add, terms)
-    sample = jnp.where(inside[..., None], sample, zero)
+    y0 = jax.lax.stop_gradient(jnp.floor(y))
+    x0 = jax.lax.stop_gradient(jnp.floor(x))
+    ly, lx = y - y0, x - x0
+    one = jnp.asarray(1, compute)
+    hy, hx = one - ly, one - lx
+    # each corner on the map (a NaN coordinate: none), else the zero row
+    top, bottom = inside & (y0 >= 0), inside & (y0 + 1 <= height - 1)
+    left, right = x0 >= 0, x0 + 1 <= width - 1
+    block = (jax.lax.iota(jnp.int32, b).reshape(b, 1, 1, 1) * (height * width * groups) +
+             jax.lax.iota(jnp.int32, groups).reshape(groups, 1, 1))
+    origin = block + (jnp.where(inside, y0, 0).astype(jnp.int32) * width +
+                      jnp.where(inside, x0, 0).astype(jnp.int32)) * groups
+    index, corner = [], []
+    for dy, wy, ry in ((0, hy, top), (1, ly, bottom)):
+        for dx, wx, rx in ((0, hx, left), (1, lx, right)):
+            index.append(jnp.where(ry & rx, origin + (dy * width + dx) * groups, rows))
+            corner.append(rounded(wy * wx))  # w1 = hh * hw, w2 = hh * lw, ...
+    # [B, G, taps, P, 4] -> [B, P, taps, G, 4]: the order the columns take
+    index = jnp.transpose(jnp.stack(index, -1), (0, 3, 2, 1, 4))
+    corner = jnp.transpose(_written_out(jnp.stack(corner, -1)), (0, 3, 2, 1, 4))
+    values = read(table, sort_order(index.reshape(-1), rows + 1), adding=adding)
+    values = values.reshape(b, p, taps, groups, 4, per_group)
+    # torchvision's bilinear sum, then times the mask
+    sample = _bilinear(corner, values)
     if mask is not None:
-        sample = rounded(mask.astype(compute).reshape(b, groups, taps, oh, ow)[..., None] *
-                         sample)
-    # the columns [B, C, taps, P]: channel g * C/G + c, as im2col lays them out
-    columns = jnp.transpose(sample, (0, 1, 5, 2, 3, 4)).reshape(b, c * taps, oh * ow)
+        m = jnp.transpose(mask.astype(compute).reshape(b, groups, taps, p), (0, 3, 2, 1))
+        sample = rounded(m[..., None] * sample)
+    # the columns [B * P, taps, C] (channel g * C/G + c), contracted over (taps, channels)
+    # with the weight [groups, out / groups, C / groups, taps] in one matmul, the weight
+    # groups its batch: [groups, B * P, out / groups]
     wg = plan.weight_groups
-    columns = columns.reshape(b, wg, (c // wg) * taps, oh * ow)
-    kernel = weight.reshape(wg, plan.out_channels // wg, (c // wg) * taps)
-    # one matmul, the weight groups its batch: [groups, out / groups, B, P]
-    out = jax.lax.dot_general(kernel, columns, (((2,), (2,)), ((0,), (1,))),
+    columns = sample.reshape(b * p, taps, wg, c // wg)
+    kernel = weight.reshape(wg, plan.out_channels // wg, c // wg, taps)
+    out = jax.lax.dot_general(columns, kernel, (((1, 3), (3, 2)), ((2,), (0,))),
                               precision=jax.lax.Precision.HIGHEST)
-    out = jnp.transpose(out, (2, 0, 1, 3)).reshape(plan.out_shape)
+    out = jnp.transpose(out.reshape(wg, b, p, plan.out_channels // wg), (1, 0, 3, 2))
+    out = out.reshape(plan.out_shape)
     if bias is not None:
         out = out + bias.astype(compute)[None, :, None, None]
     return out.astype(dtype)
