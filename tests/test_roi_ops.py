@@ -245,7 +245,7 @@ def _case(key, extent=5, count=12, channels=2, pooled=None, ps=False):
 SWEEP = list(range(12))
 
 
-@pytest.mark.parametrize("key", default_share(SWEEP, 6))
+@pytest.mark.parametrize("key", default_share(SWEEP, 12))
 def test_roi_pool_matches_torchvision(key):
     x, boxes, pooled, scale, ct = _case(("roi_pool", key))
     _compare(lambda x, b: jaxpool.roi_pool(x, b, pooled, scale),
@@ -256,7 +256,7 @@ def test_roi_pool_matches_torchvision(key):
 
 
 @pytest.mark.parametrize("height,width", default_share(
-    [(h, w) for h in range(1, 6) for w in range(1, 6)], 12))
+    [(h, w) for h in range(1, 6) for w in range(1, 6)], 24))
 def test_every_small_extent_matches(height, width):
     """Each extent 1-5 per axis, boxes of every kind, every op."""
     rng = _rng("extent", height, width)
@@ -343,7 +343,7 @@ def test_a_box_past_the_bin_bound_is_nan_under_jit_and_an_error_eagerly():
 
 # --- ps_roi_pool and ps_roi_align -----------------------------------------------------------
 
-@pytest.mark.parametrize("key", default_share(SWEEP, 6))
+@pytest.mark.parametrize("key", default_share(SWEEP, 12))
 def test_ps_roi_pool_matches_torchvision(key):
     x, boxes, pooled, scale, ct = _case(("ps_roi_pool", key), ps=True)
     _compare(lambda x, b: jaxpool.ps_roi_pool(x, b, pooled, scale),
@@ -354,7 +354,8 @@ def test_ps_roi_pool_matches_torchvision(key):
 PS_ALIGN = [(ratio, key) for ratio in (1, 2, 0, -1) for key in range(3)]
 
 
-@pytest.mark.parametrize("ratio,key", default_share(PS_ALIGN, 5))
+# the default run: a fixed ratio (1) and an adaptive one (0)
+@pytest.mark.parametrize("ratio,key", default_share(PS_ALIGN, 7))
 def test_ps_roi_align_matches_torchvision(ratio, key):
     x, boxes, pooled, scale, ct = _case(("ps_roi_align", ratio, key), ps=True)
     rng = _rng("ps second", ratio, key)
@@ -508,7 +509,9 @@ def test_argument_errors(name, op, args, kwargs, error, words):
 # --- no scatter at any order ----------------------------------------------------------------
 
 @pytest.mark.parametrize("op", default_share(["roi_pool", "ps_roi_pool", "ps_roi_align",
-                                              "multi_scale_roi_align"], 2))
+                                              "multi_scale_roi_align"], 4))
+# the default run: roi_pool's kernel (ps_roi_pool's too); ps_roi_align and
+# multi_scale_roi_align are roi_align's align_bins, whose no-scatter test_roi_align runs
 def test_no_scatter_at_any_order(op):
     x, boxes, pooled, scale, ct = _case(("scatter", op), extent=3, count=3, pooled=(2, 2),
                                         ps=True)

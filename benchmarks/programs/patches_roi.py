@@ -1,7 +1,9 @@
 """The patches and boxes table: unfold, fold and roi_align where models call them
 (``benchmarks.cells.patches``: VOLO's outlook attention, TNT's pixel embedding and a
 ViT-style 16x16 patchify; ``benchmarks.cells.roi``: a Mask R-CNN head's RoIAlign over four
-FPN levels, 7x7 box head, 14x14 mask head), float32 on the CPU. Each cell is timed
+FPN levels, 7x7 box head, 14x14 mask head, ``MultiScaleRoIAlign`` against per-level
+roi_align, R-FCN's position-sensitive ps_roi_align and ps_roi_pool, Fast R-CNN's
+roi_pool), float32 on the CPU. Each cell is timed
 forward, as the gradient of ``sum(y**2)`` in the input (the feature maps for roi_align;
 the boxes are constants, as Mask R-CNN's proposals), and as the second derivative (the
 gradient of the squared input-gradient norm, an R1 penalty), jitted, beside torch's CPU
@@ -11,6 +13,7 @@ Run from the repository root:
 
     python -m benchmarks.programs.patches_roi                   # markdown table, median ms per call
     python -m benchmarks.programs.patches_roi --cells volo-unfold,roi-box
+    python -m benchmarks.programs.patches_roi --cells roi-fpn,rfcn-ps-align,rfcn-ps-pool,roi-pool
     python -m benchmarks.programs.patches_roi --cells patchify-16 --batch 2  # peer: seconds a call
     python -m benchmarks.programs.patches_roi --before HEAD --no-peers  # HEAD's unfold/fold too
 
@@ -33,7 +36,7 @@ import datetime
 from collections.abc import Callable
 
 from benchmarks.cells import patches, roi
-from benchmarks.derivatives import MODES, Cell, _ms, run, table
+from benchmarks.derivatives import MODES, Cell, _ms, run, sides_table, table
 from benchmarks.machine import describe, versions
 
 DEFAULT_CELLS = patches.DEFAULT_CELLS + roi.DEFAULT_CELLS
@@ -120,9 +123,24 @@ def main(argv=None) -> int:
         print(before_table(results, before.label))
         return 0
     print("Median ms per call ± half the interquartile range; ratio: jaxpool's median over "
-          "the fastest other side's.\n")
-    print(table(results))
+          "the fastest other side's (each jaxpool... side's over the fastest non-jaxpool "
+          "side's).\n")
+    print(tables(results))
     return 0
+
+
+def tables(results: list[dict]) -> str:
+    """One markdown table per run of cells with the same sides: :func:`table` where the
+    sides are jaxpool, one JAX peer and torch, else :func:`sides_table` (the FPN cell's
+    second jaxpool side, per-level ``roi_align``)."""
+    groups: list[list[dict]] = []
+    for r in results:
+        if groups and list(groups[-1][0]["sides"]) == list(r["sides"]):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return "\n\n".join(table(g) if len(g[0]["sides"]) == 3 else sides_table(g)
+                        for g in groups)
 
 
 if __name__ == "__main__":
