@@ -115,9 +115,11 @@ def test_every_description_is_tested():
     # [C, *spatial]: Unfold and Fold have no layout argument (torch's channels-first only),
     # and ChannelShuffle's op takes a batch. Their functions are tested on their own. The
     # fractional max pools draw at random: tests/test_fractional_modules.py gives them and
-    # torch.nn's the same samples.
+    # torch.nn's the same samples. The RoI modules take boxes beside the maps:
+    # tests/test_roi_ops.py calls them in every framework against their functions.
     missing = sorted(set(_descriptions()) - set(NAMES) - {
-        "ChannelShuffle", "Unfold", "Fold", "FractionalMaxPool2d", "FractionalMaxPool3d"})
+        "ChannelShuffle", "Unfold", "Fold", "FractionalMaxPool2d", "FractionalMaxPool3d",
+        "RoIAlign", "RoIPool", "PSRoIAlign", "PSRoIPool", "MultiScaleRoIAlign"})
     assert not missing, f"add these to MODULES in {pathlib.Path(__file__).name}: {missing}"
 
 

@@ -30,10 +30,14 @@ DEVICES = 8
 # fixed by shapes and keep to their batch element and channel. Not here: the ops that read
 # where the data says (their halo rule is "replicate": sharded inputs are gathered, and
 # their batch- and channel-sharded programs are not yet checked for collectives), and
-# channel_shuffle, whose every output channel group reads across the channel axis.
+# channel_shuffle, whose every output channel group reads across the channel axis. An op
+# that delegates to one of a replicated family (multi_scale_roi_align: roi_align's reads)
+# is replicated too.
+_REPLICATED = {s.family for s in registry.SPECS.values() if s.halo == "replicate"}
 OPS = sorted({getattr(jaxpool, n).__name__ for n in jaxpool.__all__
               if n not in ("shapes", "linen", "nnx", "equinox")
               and registry.SPECS[getattr(jaxpool, n).__name__].halo != "replicate"
+              and registry.SPECS[getattr(jaxpool, n).__name__].family not in _REPLICATED
               and n != "channel_shuffle"})
 
 
