@@ -13,7 +13,7 @@ No Flax here, so that the Flax modules' import can say how to install it.
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from jax.typing import ArrayLike
 
@@ -1585,7 +1585,10 @@ class DeformConv2d:
     @property
     def kernel(self) -> tuple[int, int]:
         k = self.kernel_size
-        return (int(k[0]), int(k[1])) if isinstance(k, (tuple, list)) else (int(k), int(k))
+        if isinstance(k, (tuple, list)):
+            return int(k[0]), int(k[1])
+        side = int(cast(int, k))  # not a tuple or list: one int (or a NumPy integer)
+        return side, side
 
     @property
     def weight_shape(self) -> tuple[int, int, int, int]:

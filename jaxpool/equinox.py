@@ -356,10 +356,11 @@ class _Boxes(_Module):
         return call(self, x, boxes)
 
 
-class RoIAlign(_Boxes, _modules.RoIAlign): ...
-class RoIPool(_Boxes, _modules.RoIPool): ...
-class PSRoIAlign(_Boxes, _modules.PSRoIAlign): ...
-class PSRoIPool(_Boxes, _modules.PSRoIPool): ...
+# (ignore[misc]: _Boxes's call takes the boxes, Pool's, under the description, does not)
+class RoIAlign(_Boxes, _modules.RoIAlign): ...  # type: ignore[misc]
+class RoIPool(_Boxes, _modules.RoIPool): ...  # type: ignore[misc]
+class PSRoIAlign(_Boxes, _modules.PSRoIAlign): ...  # type: ignore[misc]
+class PSRoIPool(_Boxes, _modules.PSRoIPool): ...  # type: ignore[misc]
 
 
 class MultiScaleRoIAlign(_Module, _modules.MultiScaleRoIAlign):

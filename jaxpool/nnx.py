@@ -146,6 +146,11 @@ class MultiScaleDeformableAttention(nnx.Module, _modules.MultiScaleDeformableAtt
 class DeformConv2d(nnx.Module, _modules.DeformConv2d):
     # (the docstring is the description's)
 
+    # After construction ``bias`` is the parameter under torchvision's name (None with
+    # ``bias=False``), no longer the description's flag: a type other than the base's
+    # ``bool`` field, which mypy cannot express as an override.
+    bias: nnx.Param | None  # type: ignore[assignment]
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Size,
                  stride: Size = 1, padding: Size = 0, dilation: Size = 1, groups: int = 1,
                  bias: bool = True, *, param_dtype: typing.Any = jax.numpy.float32,

@@ -852,7 +852,7 @@ def _boxes_shape(op: str, boxes_shape: Shape | Sequence[Shape]) -> tuple[int, ..
     return _input(op, cast(Shape, boxes_shape), "boxes_shape")
 
 
-def _grid_bound(sampling_ratio, max_sampling_ratio):
+def _grid_bound(sampling_ratio: int, max_sampling_ratio: int | None) -> int | None:
     # An adaptive grid is sized from the boxes' values, which change no shape: without
     # them a rule checks the call as one on boxes of one sample per bin.
     adaptive = not (isinstance(sampling_ratio, numbers.Integral) and sampling_ratio > 0)
@@ -1030,7 +1030,7 @@ def deform_conv2d(input_shape: Shape, offset_shape: Shape, weight_shape: Shape,
 
     op = "deform_conv2d"
 
-    def given(shape, name):
+    def given(shape: Shape | None, name: str) -> tuple[int, ...] | None:
         return None if shape is None else _input(op, shape, name)
 
     bias, mask = given(bias_shape, "bias_shape"), given(mask_shape, "mask_shape")

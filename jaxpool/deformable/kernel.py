@@ -259,14 +259,14 @@ def _deform_conv2d(plan: DeformConvPlan, adding: str, input: jax.Array, offset: 
              jax.lax.iota(jnp.int32, groups).reshape(groups, 1, 1))
     origin = block + (jnp.where(inside, y0, 0).astype(jnp.int32) * width +
                       jnp.where(inside, x0, 0).astype(jnp.int32)) * groups
-    index, corner = [], []
+    indices, corners = [], []
     for dy, wy, ry in ((0, hy, top), (1, ly, bottom)):
         for dx, wx, rx in ((0, hx, left), (1, lx, right)):
-            index.append(jnp.where(ry & rx, origin + (dy * width + dx) * groups, rows))
-            corner.append(rounded(wy * wx))  # w1 = hh * hw, w2 = hh * lw, ...
+            indices.append(jnp.where(ry & rx, origin + (dy * width + dx) * groups, rows))
+            corners.append(rounded(wy * wx))  # w1 = hh * hw, w2 = hh * lw, ...
     # [B, G, taps, P, 4] -> [B, P, taps, G, 4]: the order the columns take
-    index = jnp.transpose(jnp.stack(index, -1), (0, 3, 2, 1, 4))
-    corner = jnp.transpose(_written_out(jnp.stack(corner, -1)), (0, 3, 2, 1, 4))
+    index = jnp.transpose(jnp.stack(indices, -1), (0, 3, 2, 1, 4))
+    corner = jnp.transpose(_written_out(jnp.stack(corners, -1)), (0, 3, 2, 1, 4))
     values = read(table, sort_order(index.reshape(-1), rows + 1), adding=adding)
     values = values.reshape(b, p, taps, groups, 4, per_group)
     # torchvision's bilinear sum, then times the mask

@@ -14,8 +14,36 @@ from jaxpool.core import checks, dtypes
 
 
 
+class _PooledOutput:
+    """What the RoI plans share: the output's channels and shape, and the compute dtype,
+    from the fields each plan declares."""
+    channels: int
+    rois: int
+    pooled: tuple
+    channels_last: bool
+    dtype: str
+    position_sensitive: bool
+
+    @property
+    def compute_dtype(self) -> str:
+        """Half precision computes in float32 and rounds once."""
+        return dtypes.compute_dtype(self.dtype)
+
+    @property
+    def out_channels(self) -> int:
+        if self.position_sensitive:
+            return self.channels // (self.pooled[0] * self.pooled[1])
+        return self.channels
+
+    @property
+    def out_shape(self) -> tuple:
+        if self.channels_last:
+            return (self.rois,) + self.pooled + (self.out_channels,)
+        return (self.rois, self.out_channels) + self.pooled
+
+
 @dataclasses.dataclass(frozen=True)
-class RoiAlignPlan:
+class RoiAlignPlan(_PooledOutput):
     """One ``roi_align`` call: ``rois`` boxes pooled into ``pooled`` (height, width) bins
     from ``[batch, channels, height, width]`` maps, each bin the mean of a ``grid``
     (rows, columns) of bilinear samples. ``adaptive``: the grid is each box's own
@@ -36,23 +64,6 @@ class RoiAlignPlan:
     dtype: str
     # ps_roi_align: output channel c of bin (i, j) reads input channel (c * PH + i) * PW + j
     position_sensitive: bool = False
-
-    @property
-    def compute_dtype(self) -> str:
-        """Half precision computes in float32 and rounds once."""
-        return dtypes.compute_dtype(self.dtype)
-
-    @property
-    def out_channels(self) -> int:
-        if self.position_sensitive:
-            return self.channels // (self.pooled[0] * self.pooled[1])
-        return self.channels
-
-    @property
-    def out_shape(self) -> tuple:
-        if self.channels_last:
-            return (self.rois,) + self.pooled + (self.out_channels,)
-        return (self.rois, self.out_channels) + self.pooled
 
 
 def _pair(value, name: str, op: str = "roi_align", minimum: int = 0) -> tuple:
@@ -233,7 +244,7 @@ past it, or not finite, is NaN (traced) or a ValueError (concrete)."""
 
 
 @dataclasses.dataclass(frozen=True)
-class RoiPoolPlan:
+class RoiPoolPlan(_PooledOutput):
     """One ``roi_pool`` (``position_sensitive``: ``ps_roi_pool``) call: ``rois`` boxes
     pooled into ``pooled`` bins of whole pixels from ``[batch, channels, height, width]``
     maps; ``bins`` (rows, columns) is the static bound on the pixels a bin spans (the
@@ -249,10 +260,6 @@ class RoiPoolPlan:
     position_sensitive: bool
     channels_last: bool
     dtype: str
-
-    compute_dtype = RoiAlignPlan.compute_dtype
-    out_channels = RoiAlignPlan.out_channels
-    out_shape = RoiAlignPlan.out_shape
 
     @property
     def limits(self) -> tuple:
