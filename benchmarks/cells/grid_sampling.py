@@ -11,6 +11,12 @@ Run from the repository root:
 
     python -m benchmarks.cells.grid_sampling       # markdown table, median ms per call
     python -m benchmarks.cells.grid_sampling --cells raft,stn-28
+    git show HEAD~1:jaxpool/grid_sampling/kernel.py > /tmp/before.py
+    python -m benchmarks.cells.grid_sampling --before /tmp/before.py   # and a kernel file
+
+``--before`` adds the side ``jaxpool-before``: that kernel file's ``grid_sample(plan, x,
+grid)`` on the same plan, timed in turn with the others, its values and derivatives checked
+to be jaxpool's bit for bit.
 
 jaxpool's and torchax's outputs are first compared with torch's (float32) ones; a wrong
 side raises.
@@ -127,7 +133,18 @@ def _torchax_side(mode, padding, align):
                                                align_corners=align)), None
 
 
-def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
+def _kernel_file(path):
+    """The module in ``path`` (a grid_sampling kernel from another commit)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("jaxpool_kernel_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(names, reps: int, min_sample_s: float, before: str | None = None
+        ) -> tuple[list[str], list[str]]:
     """The table's rows and notes, for the cells ``names``."""
     import jax
     import jax.numpy as jnp
@@ -135,7 +152,9 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
     import torch.nn.functional as F
 
     import jaxpool
+    from jaxpool.grid_sampling.plan import plan_grid_sample
 
+    old = _kernel_file(before) if before else None
     rows, notes = [], []
     for name in names:
         shape, grid_shape, mode, padding, align, scale = _cells()[name]
@@ -153,6 +172,11 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
         # the precision, so float64 is no reference for float32 there.
         reference = _torch_modes(theirs, xt, gt)
         jax_sides = {"jaxpool": _jax_modes(ours)}
+        if old is not None:
+            plan = plan_grid_sample(shape, "float32", grid_shape, "float32", mode, padding,
+                                    align, False)
+            jax_sides["jaxpool-before"] = _jax_modes(
+                lambda x, g, plan=plan: old.grid_sample(plan, x, g))
         mc = _map_coordinates(shape, mode, align)
         if mc is not None:
             jax_sides["map_coordinates"] = _jax_modes(mc)
@@ -165,7 +189,7 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
         for quantity in MODES:
             want = reference[quantity]()
             want = [w.detach().numpy() for w in (want if isinstance(want, tuple) else (want,))]
-            fns = {}
+            fns, ours_got = {}, None
             for side, modes in jax_sides.items():
                 if side == "map_coordinates" and quantity == "second":
                     continue
@@ -175,6 +199,13 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
                 except Exception as e:  # noqa: BLE001 - a side without this derivative
                     notes.append(f"{name} {quantity}: {side} fails ({type(e).__name__})")
                     continue
+                if side == "jaxpool":
+                    ours_got = got
+                if side == "jaxpool-before" and not all(
+                        np.array_equal(np.asarray(a).view(np.uint32),
+                                       np.asarray(b).view(np.uint32))
+                        for a, b in zip(got, ours_got)):
+                    raise AssertionError(f"jaxpool-before {name} {quantity}: other bits")
                 if side != "map_coordinates":
                     wrong = [check(a, b, "float32") for a, b in zip(got, want)]
                     if any(wrong):
@@ -182,7 +213,8 @@ def run(names, reps: int, min_sample_s: float) -> tuple[list[str], list[str]]:
                 fns[side] = lambda fn=fn, x=x, g=g: jax.block_until_ready(fn(x, g))
             fns["torch"] = torch_side[quantity]
             timed = measure(fns, reps, min_sample_s)
-            peers = [s for s in timed if s not in ("jaxpool", "map_coordinates")]
+            peers = [s for s in timed
+                     if s not in ("jaxpool", "jaxpool-before", "map_coordinates")]
             fastest = min(timed[s]["median_ms"] for s in peers)
             for side, t in timed.items():
                 spread = (t["q75_ms"] - t["q25_ms"]) / 2
@@ -198,12 +230,15 @@ def main(argv=None) -> int:
                         help="comma-separated cells (default %(default)s)")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--min-sample-s", type=float, default=0.05)
+    parser.add_argument("--before", metavar="KERNEL_PY",
+                        help="a grid_sampling kernel file from another commit, timed as "
+                             "the side jaxpool-before")
     args = parser.parse_args(argv)
     names = [n for n in args.cells.split(",") if n]
     unknown = [n for n in names if n not in _cells()]
     if unknown:
         parser.error(f"unknown cells {unknown}; known: {', '.join(_cells())}")
-    rows, notes = run(names, args.reps, args.min_sample_s)
+    rows, notes = run(names, args.reps, args.min_sample_s, args.before)
     print(f"{datetime.date.today().isoformat()}, {describe()}, {versions()}.")
     print("Ratio: the median over the fastest peer's (torch's values: torch or torchax).\n")
     print("| cell | quantity | side | median ms | spread | ratio |\n"

@@ -13,6 +13,11 @@ Where a scatter-add is deterministic (XLA:CPU runs it in one thread, in the orde
 rows), ``adding="scatter"`` makes the transpose one, faster there (BENCHMARKS.md, "The
 price of determinism"); the strategy table says where (:data:`ADDING`). The sort is then
 never used, and XLA drops it.
+
+``read_along`` is the same read along any axis of the values (``[C, M]`` read at axis 1:
+every channel's row at once), and, where the index is a concatenation, in pieces: one
+gather per run, each fused into its consumer. ``sorted_sum_along`` is its transpose.
+``read_pieces`` reads in pieces too, its derivatives those of one read.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 from jax import lax
-from jax.interpreters import batching
+from jax.interpreters import ad, batching
 
-from jaxpool.core.rules import linear_primitive
+from jaxpool.core.rules import linear_primitive, zero_like
 
 # How the transpose adds rows back: "sorted" (a sort, a segmented scan, a read; no scatter)
 # or "scatter" (a scatter-add: only where it runs in a fixed order).
@@ -109,7 +114,6 @@ def sorted_sum(cotangent: jax.Array, order: Sorted, size: int, *,
     return sorted_sum_p.bind(cotangent, *order.arrays(), adding=_check_adding(adding))
 
 
-
 def read_along(values: jax.Array, order: Sorted, *, axis: int = 0, pieces: int = 1,
                adding: str = "sorted") -> jax.Array:
     """:func:`read` along ``axis``: values ``[..., M, ...]`` (``M`` at ``axis``) read at
@@ -150,6 +154,29 @@ def _check_axis(axis, ndim):
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis} is out of range for {ndim} dimensions")
     return axis % ndim
+
+
+def read_pieces(values: jax.Array, order: Sorted, pieces: int, *,
+                adding: str = "sorted") -> list[jax.Array]:
+    """``read(values, order).reshape(pieces, -1, *rest)``, as a list: one gather per piece
+    in the forward, each fused into its consumer. Its derivatives are those of that
+    reshaped :func:`read`, the same program (so the same bits, where XLA:CPU's fused
+    multiply-adds depend on the fusions) as before the read was split."""
+    k = order.index.shape[0]
+    if pieces < 1 or k % pieces:
+        raise ValueError(f"pieces must divide the index's {k} entries, got {pieces}")
+    if order.size != values.shape[0]:
+        raise ValueError(f"the sort is into {order.size} positions, values have "
+                         f"{values.shape[0]}")
+    return read_pieces_p.bind(values, *order.arrays(), pieces=int(pieces),
+                              adding=_check_adding(adding))
+
+
+def _split(rows, pieces, axis=0):
+    """``rows`` reshaped into ``pieces`` along ``axis``, each piece indexed out."""
+    split = rows.reshape(rows.shape[:axis] + (pieces, -1) + rows.shape[axis + 1:])
+    return [split[(slice(None),) * axis + (i,)] for i in range(pieces)]
+
 
 # --- implementations ----------------------------------------------------------------------
 
@@ -283,7 +310,6 @@ batching.primitive_batchers[read_p] = _batch(read_p, _rows_read)
 batching.primitive_batchers[sorted_sum_p] = _batch(sorted_sum_p, _rows_summed)
 
 
-
 # --- along an axis: the same rules, the batch kept beside the axis read -------------------
 
 def _batch_along(prim, out_rows):
@@ -314,3 +340,34 @@ sorted_sum_along_p: jax.extend.core.Primitive = linear_primitive(
 batching.primitive_batchers[read_along_p] = _batch_along(read_along_p, _rows_read)
 batching.primitive_batchers[sorted_sum_along_p] = _batch_along(sorted_sum_along_p,
                                                                _rows_summed)
+
+
+# --- in pieces: the forward one gather per piece, the derivatives those of one read --------
+
+def _read_pieces_impl(values, index, perm, dest, ends, pieces=1, adding="sorted"):
+    step = index.shape[0] // pieces
+    return [jnp.take(values, lax.slice_in_dim(index, i * step, (i + 1) * step), axis=0,
+                     mode="clip") for i in range(pieces)]
+
+
+def _read_pieces_jvp(primals, tangents, *, pieces, adding):
+    values, aux = primals[0], primals[1:]
+    out = _split(read_p.bind(values, *aux, adding=adding), pieces)
+    if type(tangents[0]) is ad.Zero:
+        return out, [zero_like(o) for o in out]
+    return out, _split(read_p.bind(ad.instantiate_zeros(tangents[0]), *aux, adding=adding),
+                       pieces)
+
+
+def _read_pieces_batch(args, dims, *, pieces, adding):
+    out, d = _batch(read_p, _rows_read)(args, dims, adding=adding)
+    return _split(out, pieces, axis=1 if d == 0 else 0), [d] * pieces
+
+
+read_pieces_p: jax.extend.core.Primitive = linear_primitive(
+    "jaxpool_read_pieces", _read_pieces_impl,
+    lambda cts, *aux, pieces, adding: [sorted_sum_p.bind(jnp.concatenate(cts), *aux,
+                                                         adding=adding)],
+    multiple_results=True)
+ad.primitive_jvps[read_pieces_p] = _read_pieces_jvp
+batching.primitive_batchers[read_pieces_p] = _read_pieces_batch

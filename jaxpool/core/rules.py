@@ -69,7 +69,7 @@ def linear_primitive(name: str, impl: Callable, transpose: Callable, *,
         out = p.bind(*primals, **params)
         linear = tangents[:linear_operands]
         if all(type(t) is ad.Zero for t in linear):
-            zeros = ([_zero_like(o) for o in out] if multiple_results else _zero_like(out))
+            zeros = ([zero_like(o) for o in out] if multiple_results else zero_like(out))
             return out, zeros
         linear = [ad.instantiate_zeros(t) for t in linear]
         return out, p.bind(*linear, *primals[linear_operands:], **params)
@@ -106,7 +106,7 @@ def linear_primitive(name: str, impl: Callable, transpose: Callable, *,
     return p
 
 
-def _zero_like(value) -> ad.Zero:
+def zero_like(value) -> ad.Zero:
     """A symbolic zero tangent for ``value`` (``Zero.from_primal_value`` on newer JAX)."""
     from_primal = getattr(ad.Zero, "from_primal_value", None)
     if from_primal is not None:

@@ -5,9 +5,9 @@
 corner (or tap) indices come from the floor or rounding of the source coordinates (integers,
 no derivative); the weights are differentiable functions of the grid; the value is the sum
 over corners of weight times the corner's masked read. All corners of all points are one
-:func:`jaxpool.core.gather.read` of the input laid out as ``[N * spatial, C]``, so one sort of
-the indices serves every channel and every derivative order, and no derivative holds a
-scatter.
+:func:`jaxpool.core.gather.read_pieces` of the input laid out as ``[N * spatial, C]``, so one
+sort of the indices serves every channel and every derivative order, and no derivative holds
+a scatter; the forward reads it as one gather per corner, each fused into the weighted sum.
 
 4-D input follows the vectorized kernel (``aten/src/ATen/native/cpu/GridSamplerKernel.cpp``),
 5-D input the scalar one (``grid_sampler_3d_cpu_impl`` in ``GridSampler.cpp`` with
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpool import strategy_table
-from jaxpool.core.gather import read, sort_order
+from jaxpool.core.gather import read_pieces, sort_order
 from jaxpool.core.rules import rounded
 from jaxpool.grid_sampling.plan import AffineGridPlan, GridSamplePlan
 
@@ -278,9 +278,10 @@ def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Arra
         masks.append(mask[:, None])
     index = jnp.concatenate(indices)
     order = sort_order(index, positions)
-    rows = read(values, order, adding=adding).reshape(len(taps), n * points, c)
+    # One gather per tap, each fused into the sum below.
+    rows = read_pieces(values, order, len(taps), adding=adding)
     zero = jnp.zeros((), compute)
-    reads = [jnp.where(m, rows[t], zero) for t, m in enumerate(masks)]
+    reads = [jnp.where(m, r, zero) for r, m in zip(rows, masks)]
 
     if plan.mode == "nearest":
         out = reads[0]
