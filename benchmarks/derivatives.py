@@ -156,3 +156,40 @@ def sides_table(results: list[dict]) -> str:
                      + " | ".join(_ms(t[s]) for s in columns) + " | "
                      + " | ".join(f"{t[s]['median_ms'] / fastest:.2f}" for s in ours) + " |")
     return "\n".join(lines)
+
+
+def cells_main(prog: str, description: str, cells: Callable[[bool], dict],
+               default_cells: tuple, argv=None) -> int:
+    """The command line of a cells module timed as a sides table: ``--cells``,
+    ``--quantities``, the timing settings and ``--sorted`` (``cells(sorted_side)`` builds
+    the cells, with a ``jaxpool-sorted`` side where asked)."""
+    import argparse
+    import datetime
+
+    from benchmarks.machine import describe, versions
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--cells", default=",".join(default_cells),
+                        help="comma-separated (default %(default)s)")
+    parser.add_argument("--quantities", default=",".join(MODES),
+                        help="comma-separated of %(default)s")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--min-sample-s", type=float, default=0.05)
+    parser.add_argument("--budget-s", type=float, default=30.0)
+    parser.add_argument("--sorted", action="store_true",
+                        help="also jaxpool with the GPU table's adding")
+    args = parser.parse_args(argv)
+    built = cells(args.sorted)
+    names = [n for n in args.cells.split(",") if n]
+    unknown = [n for n in names if n not in built]
+    if unknown:
+        parser.error(f"--cells: unknown {unknown}; known {sorted(built)}")
+    modes = tuple(q for q in args.quantities.split(",") if q)
+    if set(modes) - set(MODES):
+        parser.error(f"--quantities: a comma-separated subset of {MODES}")
+    results = run(names, args.reps, args.min_sample_s, args.budget_s, built=built, modes=modes)
+    print(f"{datetime.date.today()}, {describe()}, {versions()}; median ms per call "
+          "± half the interquartile range, float32")
+    print()
+    print(sides_table(results))
+    return 0

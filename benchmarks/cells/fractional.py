@@ -28,15 +28,12 @@ Every side's values are first compared with torch's; a wrong side raises.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import math
 from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.derivatives import MODES, Cell, run, sides_table
-from benchmarks.machine import describe, versions
+from benchmarks.derivatives import Cell, cells_main
 
 __all__ = ["DEFAULT_CELLS", "cells", "main"]
 
@@ -122,32 +119,8 @@ DEFAULT_CELLS = ("fractional2d", "fractional2d-graham", "fractional3d")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cells.fractional",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", default=",".join(DEFAULT_CELLS),
-                        help="comma-separated (default %(default)s)")
-    parser.add_argument("--quantities", default=",".join(MODES),
-                        help="comma-separated of %(default)s")
-    parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--min-sample-s", type=float, default=0.05)
-    parser.add_argument("--budget-s", type=float, default=30.0)
-    parser.add_argument("--sorted", action="store_true",
-                        help="also jaxpool with the GPU table's adding")
-    args = parser.parse_args(argv)
-    built = cells(args.sorted)
-    names = [n for n in args.cells.split(",") if n]
-    unknown = [n for n in names if n not in built]
-    if unknown:
-        parser.error(f"--cells: unknown {unknown}; known {sorted(built)}")
-    modes = tuple(q for q in args.quantities.split(",") if q)
-    if set(modes) - set(MODES):
-        parser.error(f"--quantities: a comma-separated subset of {MODES}")
-    results = run(names, args.reps, args.min_sample_s, args.budget_s, built=built, modes=modes)
-    print(f"{datetime.date.today()}, {describe()}, {versions()}; median ms per call "
-          "± half the interquartile range, float32")
-    print()
-    print(sides_table(results))
-    return 0
+    return cells_main("python -m benchmarks.cells.fractional", __doc__.split("\n\n")[0], cells,
+                      DEFAULT_CELLS, argv)
 
 
 if __name__ == "__main__":
