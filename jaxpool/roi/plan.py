@@ -121,11 +121,11 @@ def adaptive_counts(rois: np.ndarray, spatial_scale: float, pooled: tuple, align
 
 
 def _check_call(op: str, input_shape: Sequence[int], input_dtype: str,
-                boxes_shape: Sequence[int], boxes_dtype: str, spatial_scale, channels_last,
-                boxes) -> tuple:
+                boxes_shape: Sequence[int], boxes_dtype: str, spatial_scale,
+                channels_last) -> tuple:
     """The checks every RoI op shares: the input's and the boxes' shapes and dtypes, the
-    scale, the layout and (concrete boxes) the batch indices. Returns ``(spatial_scale,
-    channels_last, (batch, channels, height, width), rois)``."""
+    scale and the layout. Returns ``(spatial_scale, channels_last, (batch, channels,
+    height, width), rois)``."""
     if isinstance(spatial_scale, (bool, np.bool_)) or not isinstance(
             spatial_scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"{op}: spatial_scale must be a real number, got "
@@ -155,15 +155,20 @@ def _check_call(op: str, input_shape: Sequence[int], input_dtype: str,
     if batch == 0 and rois:
         raise ValueError(f"{op}: boxes name images of input, which has none (shape "
                          f"{input_shape}), but boxes holds {rois} boxes")
-    if boxes is not None and rois:
-        index = np.trunc(np.asarray(boxes)[:, 0].astype(np.float64))
-        bad = ~((index >= 0) & (index < batch))
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(f"{op}: boxes[:, 0] holds each box's batch index, in "
-                             f"[0, {batch}) for input of shape {input_shape}; box {k} has "
-                             f"{float(np.asarray(boxes)[k, 0])!r}")
     return spatial_scale, channels_last, (batch, channels, height, width), rois
+
+
+def _check_batch_indices(op: str, boxes, batch: int, input_shape: Sequence[int]) -> None:
+    """Concrete ``[K, 5]`` boxes (None where traced): each batch index names an image."""
+    if boxes is None or not len(boxes):
+        return
+    index = np.trunc(np.asarray(boxes)[:, 0].astype(np.float64))
+    bad = ~((index >= 0) & (index < batch))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"{op}: boxes[:, 0] holds each box's batch index, in "
+                         f"[0, {batch}) for input of shape {tuple(input_shape)}; box {k} "
+                         f"has {float(np.asarray(boxes)[k, 0])!r}")
 
 
 def _check_groups(op: str, channels: int, pooled: tuple, input_shape) -> None:
@@ -187,8 +192,7 @@ def plan_roi_align(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
     their batch indices are checked, and an adaptive grid is sized from them."""
     pooled = _pair(output_size, "output_size", op)
     spatial_scale, channels_last, dims, rois = _check_call(
-        op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale, channels_last,
-        None)
+        op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale, channels_last)
     sampling_ratio = checks.as_int(f"{op}: sampling_ratio", sampling_ratio,
                                     sampling_ratio, "an int (<= 0: adaptive)")
     aligned = checks.check_bool(f"{op}: aligned", aligned)
@@ -202,8 +206,7 @@ def plan_roi_align(input_shape: Sequence[int], input_dtype: str, boxes_shape: Se
     batch, channels, height, width = dims
     if position_sensitive:
         _check_groups(op, channels, pooled, input_shape)
-    _check_call(op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale,
-                channels_last, boxes)
+    _check_batch_indices(op, boxes, batch, input_shape)
     compute = dtypes.compute_dtype(input_dtype)
     if sampling_ratio > 0:
         grid = (sampling_ratio, sampling_ratio)
@@ -307,8 +310,7 @@ def plan_roi_pool(input_shape: Sequence[int], input_dtype: str, boxes_shape: Seq
     ``max_bin_size``, or the map's extent (every bin fits)."""
     pooled = _pair(output_size, "output_size", op)
     spatial_scale, channels_last, dims, rois = _check_call(
-        op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale, channels_last,
-        None)
+        op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale, channels_last)
     if max_bin_size is not None:
         max_bin_size = checks.as_int(f"{op}: max_bin_size", max_bin_size, max_bin_size,
                                      "None or a positive int")
@@ -318,8 +320,7 @@ def plan_roi_pool(input_shape: Sequence[int], input_dtype: str, boxes_shape: Seq
     batch, channels, height, width = dims
     if position_sensitive:
         _check_groups(op, channels, pooled, input_shape)
-    _check_call(op, input_shape, input_dtype, boxes_shape, boxes_dtype, spatial_scale,
-                channels_last, boxes)
+    _check_batch_indices(op, boxes, batch, input_shape)
     less = 1 if position_sensitive else 0
     limits = (height - less, width - less)
     bins = (max(limits[0], 1), max(limits[1], 1))
@@ -447,8 +448,7 @@ def plan_multi_scale_roi_align(feature_shapes: Sequence[tuple], feature_dtypes: 
              for shape, scale in zip(shapes, scales)]
     align = plans[0]
     if boxes is not None:
-        _check_call(op, shapes[0], feature_dtypes[0], boxes_shape, boxes_dtype, scales[0],
-                    channels_last, boxes)
+        _check_batch_indices(op, boxes, shapes[0][0], shapes[0])
     if align.adaptive and boxes is not None:
         # each box's grid on its own level
         compute = dtypes.compute_dtype(feature_dtypes[0])
