@@ -409,8 +409,10 @@ EQX_NN = [
 EQX_NN_SHAPE = (3, 7, 10)
 
 
-def _values_cell(difference: float) -> str:
-    if difference == 0:
+def _values_cell(difference: float, picks: bool) -> str:
+    # A sum is at best "to rounding": whether eqx.nn's window sums round as torch's do
+    # depends on how XLA vectorises them for the machine's CPU.
+    if difference == 0 and picks:
         return "torch's, bit for bit"
     if difference <= 1e-12:
         return "torch's, to rounding"
@@ -423,7 +425,8 @@ def _measure(layer, torch_layer, x):
     with float64_mode():
         expected = torch_layer(torch.from_numpy(x)[None])[0].numpy()
         got = np.asarray(layer(jnp.asarray(x)))
-        values = (_values_cell(float(np.max(np.abs(got - expected))))
+        values = (_values_cell(float(np.max(np.abs(got - expected))),
+                               picks="Max" in type(layer).__name__)
                   if got.shape == expected.shape
                   else f"shape {got.shape}, torch's {expected.shape}")
         ops = _lowered_ops(jax.jit(jax.grad(lambda a: jnp.sum(layer(a) ** 2))).lower(
