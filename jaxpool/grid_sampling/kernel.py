@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpool import strategy_table
-from jaxpool.core.gather import read_pieces, sort_order
+from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import rounded
 from jaxpool.grid_sampling.plan import AffineGridPlan, GridSamplePlan
 
@@ -175,38 +175,28 @@ def _inside(c, size):
 
 
 def _taps(plan, coords):
-    """The taps of every output point: a list of (integer coordinate per axis, weight or
-    None), the corners in torch's order of summation, and how the sum starts.
+    """The taps of every output point, nearest or bilinear: a list of (integer coordinate per
+    axis, weight or None), the corners in torch's order of summation.
 
     ``coords``: the source coordinates per axis (D, H, W order), each ``[P]``."""
     dims = plan.dims
     if plan.mode == "nearest":
         return [([jax.lax.stop_gradient(jnp.round(c)) for c in coords], None)]
-    if plan.mode == "bilinear":
-        per_axis = []
-        for c in coords:
-            low = jax.lax.stop_gradient(jnp.floor(c))
-            high_w = c - low
-            # 4-D: e = 1 - w; 5-D: (floor + 1) - x.
-            low_w = 1 - high_w if dims == 2 else (low + 1) - c
-            per_axis.append(((low, low_w), (low + 1, high_w)))
-        taps = []
-        for corner in np.ndindex(*(2,) * dims):  # D, H, W order: w before e, n before s
-            picks = [per_axis[a][k] for a, k in enumerate(corner)]
-            if dims == 2:  # nw = s * e: the y weight first
-                weight = picks[0][1] * picks[1][1]
-            else:  # tnw = (x) * (y) * (z)
-                weight = picks[2][1] * picks[1][1] * picks[0][1]
-            taps.append(([p[0] for p in picks], weight))
-        return taps
-    # bicubic (4-D): coefficients of the unpadded coordinate's fraction.
-    (y, x) = coords
+    per_axis = []
+    for c in coords:
+        low = jax.lax.stop_gradient(jnp.floor(c))
+        high_w = c - low
+        # 4-D: e = 1 - w; 5-D: (floor + 1) - x.
+        low_w = 1 - high_w if dims == 2 else (low + 1) - c
+        per_axis.append(((low, low_w), (low + 1, high_w)))
     taps = []
-    fy, fx = (jax.lax.stop_gradient(jnp.floor(c)) for c in (y, x))
-    cy, cx = _cubic_coefficients(y - fy), _cubic_coefficients(x - fx)
-    for i in range(4):
-        for j in range(4):
-            taps.append(([fy + (i - 1), fx + (j - 1)], (cy[i], cx[j])))
+    for corner in np.ndindex(*(2,) * dims):  # D, H, W order: w before e, n before s
+        picks = [per_axis[a][k] for a, k in enumerate(corner)]
+        if dims == 2:  # nw = s * e: the y weight first
+            weight = picks[0][1] * picks[1][1]
+        else:  # tnw = (x) * (y) * (z)
+            weight = picks[2][1] * picks[1][1] * picks[0][1]
+        taps.append(([p[0] for p in picks], weight))
     return taps
 
 
@@ -251,8 +241,7 @@ def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Arra
     n, c = plan.batch, plan.channels
     if not plan.channels_last:
         x = jnp.moveaxis(x, 1, -1)
-    positions = n * int(np.prod(sizes))
-    values = x.reshape(positions, c)
+    values = x.reshape(n * int(np.prod(sizes)), c)
     points = int(np.prod(plan.out_spatial))
     g = grid.reshape(n * points, dims)
     source = _vec_source if dims == 2 else _scalar_source
@@ -261,14 +250,25 @@ def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Arra
     padding = "zeros" if plan.mode == "bicubic" else plan.padding_mode
     coords = [source(size, padding, plan.align_corners)(g[:, dims - 1 - a])
               for a, size in enumerate(sizes)]
-    taps = _taps(plan, coords)
-
-    strides = [int(np.prod(sizes[a + 1:])) for a in range(dims)]
     base = jnp.repeat(jnp.arange(n, dtype=jnp.int32) * int(np.prod(sizes)), points)
+    if plan.mode == "bicubic":
+        out = _bicubic(plan, adding, values, base, coords)
+    else:
+        out = _corners(plan, adding, values, base, coords)
+    out = out.reshape((n,) + plan.out_spatial + (c,))
+    if not plan.channels_last:
+        out = jnp.moveaxis(out, -1, 1)
+    return out.astype(dtype)
+
+
+def _corners(plan, adding, values, base, coords):
+    """Nearest and bilinear: ``[N * P, C]``, the taps read as one gather each, each fused
+    into the weighted sum."""
+    sizes, compute = plan.in_spatial, values.dtype
+    taps = _taps(plan, coords)
+    strides = [int(np.prod(sizes[a + 1:])) for a in range(plan.dims)]
     indices, masks = [], []
     for tap, _ in taps:
-        if plan.mode == "bicubic":
-            tap = [_bounded(plan, t, size) for t, size in zip(tap, sizes)]
         mask = functools.reduce(jnp.logical_and,
                                 [_inside(t, size) for t, size in zip(tap, sizes)])
         flat = base
@@ -276,37 +276,47 @@ def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Arra
             flat = flat + jnp.where(mask, t, 0).astype(jnp.int32) * stride
         indices.append(flat)
         masks.append(mask[:, None])
-    index = jnp.concatenate(indices)
-    order = sort_order(index, positions)
-    # One gather per tap, each fused into the sum below.
+    order = sort_order(jnp.concatenate(indices), values.shape[0])
     rows = read_pieces(values, order, len(taps), adding=adding)
     zero = jnp.zeros((), compute)
     reads = [jnp.where(m, r, zero) for r, m in zip(rows, masks)]
-
     if plan.mode == "nearest":
-        out = reads[0]
-    elif plan.mode == "bicubic":
-        # interp_x[i] = sum_j cx[j] * v[i, j]; out = sum_i cy[i] * interp_x[i].
-        lines = []
-        for i in range(4):
-            terms = [rounded(taps[4 * i + j][1][1][:, None] * reads[4 * i + j])
-                     for j in range(4)]
-            lines.append(functools.reduce(jnp.add, terms))
-        out = functools.reduce(jnp.add, [rounded(taps[4 * i][1][0][:, None] * lines[i])
-                                         for i in range(4)])
-    elif dims == 2:
+        return reads[0]
+    if plan.dims == 2:
         # The vectorized kernel multiplies the zeros it read outside (0 * NaN is NaN).
-        out = functools.reduce(jnp.add, [rounded(v * w[:, None])
-                                         for v, (_, w) in zip(reads, taps)])
-    else:
-        # The scalar kernel starts from 0 and skips the corners outside.
-        out = zero
-        for m, v, (_, w) in zip(masks, reads, taps):
-            out = out + jnp.where(m, rounded(v * w[:, None]), zero)
-    out = out.reshape((n,) + plan.out_spatial + (c,))
-    if not plan.channels_last:
-        out = jnp.moveaxis(out, -1, 1)
-    return out.astype(dtype)
+        return functools.reduce(jnp.add, [rounded(v * w[:, None])
+                                          for v, (_, w) in zip(reads, taps)])
+    # The scalar kernel starts from 0 and skips the corners outside.
+    out = zero
+    for m, v, (_, w) in zip(masks, reads, taps):
+        out = out + jnp.where(m, rounded(v * w[:, None]), zero)
+    return out
+
+
+def _bicubic(plan, adding, values, base, coords):
+    """Bicubic (4-D): ``[N * P, C]``. The 4 x 4 taps are stacked on two leading axes
+    ``[4 (y), 4 (x), P]``, so that each step below is one operation for all 16 of them (a
+    program, and each derivative's, a sixteenth of the size it has tap by tap), with the
+    same arithmetic per element as the kernel's, in its order."""
+    (height, width), compute = plan.in_spatial, values.dtype
+    y, x = coords
+    fy, fx = (jax.lax.stop_gradient(jnp.floor(c)) for c in (y, x))
+    steps = jnp.arange(-1, 3, dtype=compute)[:, None]
+    # each axis's 4 taps, padded as ``compute_coordinates`` pads a tap: [4, P]
+    ty, tx = _bounded(plan, fy + steps, height), _bounded(plan, fx + steps, width)
+    mask = _inside(ty, height)[:, None] & _inside(tx, width)[None, :]  # [4, 4, P]
+    flat = (base + jnp.where(mask, ty[:, None], 0).astype(jnp.int32) * width
+            + jnp.where(mask, tx[None, :], 0).astype(jnp.int32))
+    order = sort_order(flat.reshape(-1), values.shape[0])
+    reads = read(values, order, adding=adding).reshape((4, 4, -1) + values.shape[1:])
+    reads = jnp.where(mask[..., None], reads, jnp.zeros((), compute))
+    cy = jnp.stack(_cubic_coefficients(y - fy))[:, :, None]  # [4, P, 1]
+    cx = jnp.stack(_cubic_coefficients(x - fx))[None, :, :, None]  # [1, 4, P, 1]
+    # interp_x[i] = sum_j cx[j] * v[i, j]; out = sum_i cy[i] * interp_x[i], left to right
+    terms = rounded(cx * reads)
+    lines = ((terms[:, 0] + terms[:, 1]) + terms[:, 2]) + terms[:, 3]
+    terms = rounded(cy * lines)
+    return ((terms[0] + terms[1]) + terms[2]) + terms[3]
 
 
 def _linspace_from_neg_one(steps: int, align: bool, dtype) -> jax.Array:
