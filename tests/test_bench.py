@@ -282,6 +282,11 @@ def test_gpu_check_stem_double_backward_is_torchs_and_scatter_free():
     assert gpu_check.worrying_ops("%s = f32[2] scatter(%a), %g = f32[1] gather(%b)") == "1 gather, 1 scatter"
 
 
+# Slow: compiling the penalty's double backward through torchax costs about 6 s of CPU. By
+# default tests/test_examples.py runs the same network's gradient through torchax and
+# jaxpool without scatter, and tests/test_torchax_deformable.py higher derivatives through
+# torchax without scatter.
+@pytest.mark.slow
 def test_gpu_check_torchax_penalty_through_jaxpool_is_scatter_free():
     pytest.importorskip("jaxpool.torchax")  # before torchax: see jaxpool.torchax
     from benchmarks.programs import gpu_check

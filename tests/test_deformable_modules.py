@@ -157,7 +157,8 @@ def test_initial_parameters_are_torchs(framework):
             types.SimpleNamespace(config=hf_detr.DeformableDetrConfig()), reference)
     finally:
         torch.set_default_dtype(default)
-    model = port(framework)
+    # (jitted: Equinox's constructor draws the parameters, eagerly compiling op by op)
+    model = eqx.filter_jit(port)(framework) if framework == "equinox" else port(framework)
     x = np.zeros((1, sum(h * w for h, w in DETR_LEVELS), 256))
     kwargs = dict(reference_points=np.full((1, x.shape[1], 4, 2), 0.5), spatial_shapes=DETR_LEVELS)
     # (jitted: linen's init runs the call, which eagerly compiles op by op)

@@ -90,8 +90,8 @@ def test_the_jitted_check_sees_a_wrong_third_derivative():
 # Order-3 finite differences compile large programs (3-10 s a case): the default run
 # checks two (whole-axis max, blocks), `-m slow` every case (strided slices and
 # window-matrix products among them). The exact derivative tests below run by default on
-# a spread of the cases (no scatter and vmap on every third, torch's Hessian-vector
-# products on every other one), on every case under -m slow.
+# a spread of the cases (every seventh: no scatter, vmap and torch's Hessian-vector
+# products, which compiles the scatter check's lowered program), on every case under -m slow.
 GRADS_DEFAULT = ("blocks channels-last", "global max")
 
 
@@ -152,9 +152,10 @@ def _lowered(name, program):
     return jax.jit(programs[program]).lower(jnp.asarray(x))
 
 
-# Every third case by default (a spread over the strategies; the max picks' own rule is
-# checked on every case below), every case under -m slow.
-@pytest.mark.parametrize("name", default_share(list(POOLS), 3))
+# Every seventh case by default (a spread over the strategies: sums, taps, families, a
+# dilated ceil-mode max family, a long max window; the max picks' own rule is checked
+# below), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(POOLS), 7))
 def test_no_scatter_at_any_order(name):
     for program in _case(name)[3]:
         ops = _lowered_ops(_lowered(name, program))
@@ -172,7 +173,7 @@ def test_the_scatter_check_can_fail():
 
 
 
-@pytest.mark.parametrize("name", default_share(list(REFERENCE), 2))
+@pytest.mark.parametrize("name", default_share(list(REFERENCE), 7))
 def test_hessian_vector_product_matches_torch(name):
     """The scatter check's lowered ``hvp`` program, compiled."""
     x, w, v, _ = _case(name)
@@ -184,9 +185,9 @@ def test_hessian_vector_product_matches_torch(name):
     np.testing.assert_allclose(np.asarray(hvp), expected.numpy(), rtol=1e-10, atol=1e-12)
 
 
-# Every third case by default (vmap's rules are JAX's own for the ops every strategy is
+# Every seventh case by default (vmap's rules are JAX's own for the ops every strategy is
 # built from; tests/test_sweeps.py runs vmap on every op at small extents), all under -m slow.
-@pytest.mark.parametrize("name", default_share(list(POOLS), 3))
+@pytest.mark.parametrize("name", default_share(list(POOLS), 7))
 def test_vmap_over_unbatched_inputs_equals_the_batched_call(name):
     """One program for the vmapped values and gradients, another for the batched
     gradients (in one program the two could be merged into one computation), against the
@@ -367,8 +368,20 @@ def test_the_picks_cases_find_winners_both_ways():
     assert set(ways.values()) == {True, False}, ways
 
 
-# Each case in one layout by default (the layouts in turn), both under -m slow.
-@pytest.mark.parametrize("name,channels_last", each_once(list(PICKS_CASES), [False, True]))
+# Each case in one layout by default (the layouts in turn), both under -m slow; the cases
+# whose options another default case holds only under -m slow: "3x3 s2 p1" and "3x3 s1 p1"
+# (padded, stride short of the window: as "3d 3/2/1" in 2d), "3d dilated ceil" (dilation
+# and ceil mode: as "dilated ceil" in 3d).
+SECOND_ORDER_SLOW = ("3x3 s2 p1", "3x3 s1 p1", "3d dilated ceil")
+
+
+def _second_order_cases():
+    params = each_once(list(PICKS_CASES), [False, True])
+    return [pytest.param(*p.values, marks=pytest.mark.slow, id=p.id)
+            if p.values[0] in SECOND_ORDER_SLOW else p for p in params]
+
+
+@pytest.mark.parametrize("name,channels_last", _second_order_cases())
 def test_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
     """On tied inputs (ReLU outputs in quarters): values exactly, the gradient, its
     gradient and the forward-mode tangent as torch's (each window's derivative reaches its
@@ -404,11 +417,17 @@ def test_max_derivatives_match_torch_to_second_order(name, channels_last, rng):
                                    atol=1e-13 * np.abs(expected).max(initial=1))
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "3d dilated ceil"
-                                  else n for n in PICKS_CASES])
+# The default run takes one case of each way the winners' codes are found
+# (test_the_picks_cases_find_winners_both_ways): one axis at a time ("3x3 s2 p1") and
+# over the three axes at once ("3d 3/2/1"); -m slow every case.
+PICKS_SCATTER_DEFAULT = ("3x3 s2 p1", "3d 3/2/1")
+
+
+@pytest.mark.parametrize("name", [n if n in PICKS_SCATTER_DEFAULT
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in PICKS_CASES])
 def test_max_picks_hold_no_scatter_or_gather_at_any_order(name, rng):
-    """Channels-last, where every case takes the rule: both modes, orders 1 to 3 ("3d
-    dilated ceil", whose codes are found at once as "3d 3/2/1"'s, under -m slow)."""
+    """Channels-last, where every case takes the rule: both modes, orders 1 to 3."""
     ndim, _, shape, pool = _picks_case(name, True)
     x = jnp.asarray(rng.random(shape))
     w = jnp.asarray(rng.standard_normal(jax.eval_shape(pool, x).shape))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxpool
+from default_share import default_share
 from jaxpool.pooling import kernel, kernel_max
 
 OPS = {
@@ -33,7 +34,9 @@ def _counting(monkeypatch, module, name):
     return calls
 
 
-@pytest.mark.parametrize("op", list(OPS))
+# Every other op by default (both kernels' programs, window sums and window max, among
+# them), every op under -m slow.
+@pytest.mark.parametrize("op", default_share(list(OPS), 2))
 def test_eager_calls_trace_once_per_shape(op, monkeypatch, rng):
     pool, module, name = OPS[op]
     jax.clear_caches()  # another test may have compiled this plan already
@@ -67,7 +70,8 @@ def test_eager_gradients_reuse_their_programs(op, monkeypatch, rng):
     assert len(traces) == count
 
 
-@pytest.mark.parametrize("op", list(OPS))
+# Every other op by default, as above.
+@pytest.mark.parametrize("op", default_share(list(OPS), 2))
 def test_under_jit_the_op_costs_no_call(op):
     """An outer jit compiles the op's own operations: XLA inlines the nested program, so the
     optimized program holds no call (the eager programs cost nothing under jit)."""

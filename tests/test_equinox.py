@@ -77,8 +77,9 @@ MODULES = [
 NAMES = [m[0] for m in MODULES]
 # One module of each family, and each one that Equinox's side calls differently (a batch
 # axis added around one example, indices, the unpooling call): the default run checks these
-# for bits and scatter, -m slow every module (their functions are checked on their own in
-# test_values, test_derivatives and the others).
+# against torch, for bits and for scatter, -m slow every module (their functions are checked
+# on their own in test_values, test_derivatives and the others, and every module's fields
+# against its description in test_fields_are_the_descriptions_static_and_channels_first).
 FAMILIES = {"AvgPool2d", "AdaptiveAvgPool1d", "MaxPool2d", "AdaptiveMaxPool3d", "LPPool1d",
             "GlobalAvgPool", "MaxUnpool2d", "ReflectionPad2d", "ConstantPad1d", "Upsample",
             "UpsamplingBilinear2d", "PixelShuffle"}
@@ -171,7 +172,7 @@ def _assert_torch(outs, expected):
         np.testing.assert_array_equal(np.asarray(got), want)
 
 
-@pytest.mark.parametrize("name,args,kwargs,shape", MODULES, ids=NAMES)
+@pytest.mark.parametrize("name,args,kwargs,shape", SOME_MODULES, ids=NAMES)
 def test_module_equals_torch_on_one_example_and_under_vmap(name, args, kwargs, shape, rng, x64):
     """One example (values, indices and the input gradient, torch's for a batch of one) and
     a batch under eqx.filter_vmap, in one filter_jit program."""

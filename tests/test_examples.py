@@ -1,6 +1,7 @@
 """Each example runs end to end in a tiny configuration and reports what it should (the
-longest, wgan_gp.py, segment.py and sharded_volume.py, under -m slow; every script's
-``--help`` by default).
+longest, wgan_gp.py, segment.py, sharded_volume.py, stn.py and per_example_grads.py, under
+-m slow, where other default tests check what they show; every script's ``--help`` by
+default).
 
 The examples run as users run them: as scripts, each in a fresh process, writing their
 outputs to a temporary folder. The process is forked from one that has imported the
@@ -112,6 +113,10 @@ def test_wgan_gp(tmp_path, runner):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# Slow: compiling the vmapped, the per-example and the batch gradient of ShapesNet costs
+# about 12 s of CPU. By default tests/test_derivatives.py checks vmap of grad over unbatched
+# inputs against the batched call for the pools, and classifier.py runs ShapesNet here.
+@pytest.mark.slow
 def test_per_example_grads(tmp_path, runner):
     proc = run(runner, "per_example_grads.py", "--batch-size", "4", "--repeats", "2", out=tmp_path)
     m = metrics(tmp_path, "per_example_grads_metrics.json")
@@ -119,6 +124,11 @@ def test_per_example_grads(tmp_path, runner):
     assert m["speedup"] > 0 and "speedup of vmap over the loop" in proc.stdout
 
 
+# Slow: compiling its initialiser and its training step (a double backward through
+# grid_sample) costs about 18 s of CPU. By default tests/test_grid_sample.py checks that
+# grid_sample's derivatives of every order hold no scatter on the GPU's table, that the CPU's
+# scatter-add is the sorted sum, and affine_grid + grid_sample's gradients against torch.
+@pytest.mark.slow
 def test_stn(tmp_path, runner):
     proc = run(runner, "stn.py", "--steps", "6", "--batch-size", "8", "--train-size", "64",
                "--test-size", "16", out=tmp_path)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxpool
-from default_share import default_share, option_values
+from default_share import default_share, each_once, option_values
 from jaxpool import strategy_table
 from jaxpool.patches.plan import STRATEGIES, plan_fold, plan_unfold
 from jaxpool.patches.functions import fold, unfold
@@ -62,7 +62,7 @@ AXIS_OPTIONS = [(n, k, d, p, s) for n in range(1, 6) for k in (1, 2, 3) for d in
 # both axes and the pairs differ.
 SWEEP = [(AXIS_OPTIONS[i], AXIS_OPTIONS[(7 * i + 3) % len(AXIS_OPTIONS)])
          for i in range(len(AXIS_OPTIONS))]
-SWEEP_EVERY = 19
+SWEEP_EVERY = 40
 
 
 def _sweep_kwargs(rows, cols):
@@ -165,10 +165,17 @@ STRATEGY_CASES = {
 
 
 def test_the_default_shares_take_every_strategy():
-    for cases in (STRATEGY_CASES, DERIVATIVE_CASES):
+    for cases, taken in ((STRATEGY_CASES, STRATEGY_DEFAULT),
+                         (DERIVATIVE_CASES, list(DERIVATIVE_CASES)[::2])):
         chosen = {plan_unfold(cases[name][0], np.dtype(np.float64), **cases[name][1]).strategy
-                  for name in list(cases)[::2]}
-        assert chosen == set(STRATEGIES), list(cases)[::2]
+                  for name in taken}
+        assert chosen == set(STRATEGIES), taken
+    # each op's default cases take both strategies
+    for which in ("unfold", "fold"):
+        chosen = {plan_unfold(DERIVATIVE_CASES[name][0], np.dtype(np.float64),
+                              **DERIVATIVE_CASES[name][1]).strategy
+                  for name, op in DERIVATIVE_DEFAULT if op == which}
+        assert chosen == set(STRATEGIES), which
 
 
 @pytest.mark.parametrize("name", list(STRATEGY_CASES))
@@ -184,8 +191,13 @@ def test_each_strategy_is_chosen_where_it_is_meant(name):
         assert sum(g.count for g in axis.groups) == k
 
 
-# Every other case by default: each strategy, padded, cropped, dilated.
-@pytest.mark.parametrize("name", default_share(list(STRATEGY_CASES), 2))
+# Two cases by default: each strategy, padded, cropped, dilated.
+STRATEGY_DEFAULT = ("blocks padded and cropped", "dilated phases")
+
+
+@pytest.mark.parametrize("name", [
+    name if name in STRATEGY_DEFAULT else pytest.param(name, marks=pytest.mark.slow)
+    for name in STRATEGY_CASES])
 def test_each_strategy_matches_torch_bit_for_bit(name):
     """float64 and float32, batched and unbatched: unfold's copies, fold's sums in torch's
     order (in float32 a changed order would show), and both VJPs."""
@@ -240,9 +252,16 @@ def _derivative_case(name, which):
     return fold_op, lambda t: F.fold(t, shape[-2:], **kwargs), columns, shape
 
 
-# Every other case by default (overlapping, gaps, patchify, T2T): both strategies.
-@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 2))
-@pytest.mark.parametrize("which", ["unfold", "fold"])
+# Every other case by default (overlapping, gaps, patchify, T2T), each with one op in turn:
+# each op on both strategies.
+DERIVATIVE_DEFAULT = [(name, ("unfold", "fold")[i % 2])
+                      for i, name in enumerate(list(DERIVATIVE_CASES)[::2])]
+DERIVATIVE_PAIRS = [pytest.param(name, which, marks=() if (name, which) in DERIVATIVE_DEFAULT
+                                 else (pytest.mark.slow,))
+                    for which in ("unfold", "fold") for name in DERIVATIVE_CASES]
+
+
+@pytest.mark.parametrize("name,which", DERIVATIVE_PAIRS)
 def test_derivatives_match_torch_to_third_order(name, which):
     op, torch_op, in_shape, out_shape = _derivative_case(name, which)
     rng = _rng(name, which)
@@ -287,12 +306,14 @@ def _programs(name, which):
     return programs, a
 
 
-# Each case under one backend's table by default, the CPU's and the GPU's in turn (the
-# plans read no table: the GPU's programs are the CPU's); both under -m slow.
+# The default run: the third-order test's pairs (each op on both strategies), unfold under
+# the GPU's table and fold under the CPU's (the plans read no table: the GPU's programs are
+# the CPU's); every pair under both under -m slow.
 @pytest.mark.parametrize("name,which,backend", [
-    pytest.param(name, which, backend, marks=() if (i + (backend == "gpu")) % 2 else
-                 (pytest.mark.slow,))
-    for i, (name, which) in enumerate((n, w) for n in DERIVATIVE_CASES for w in ("unfold", "fold"))
+    pytest.param(name, which, backend,
+                 marks=() if (name, which) in DERIVATIVE_DEFAULT
+                 and (backend == "gpu") == (which == "unfold") else (pytest.mark.slow,))
+    for name in DERIVATIVE_CASES for which in ("unfold", "fold")
     for backend in ("cpu", "gpu")])
 def test_no_scatter_or_gather_at_any_order(name, which, backend):
     with strategy_table.use_backend(backend):
@@ -365,9 +386,10 @@ def test_programs_do_not_grow_with_the_taps(small, large, shape):
 
 # --- transforms -------------------------------------------------------------------------
 
+# patchify (blocks) and VOLO (phases) by default
 @pytest.mark.parametrize("name", default_share(
     ["patchify 16", "overlapping", "t2t 7/4/2", "blocks padded and cropped", "volo 3/2/1",
-     "strided dilated"], 2))
+     "strided dilated"], 4))
 def test_jit_and_vmap_give_the_same_bits(name):
     """float32, where a changed order of additions would show: the plain call's bits under
     jit, vmap, grad, jvp, vjp and linearize, and a derivative's bits those of the op (the
@@ -404,10 +426,13 @@ def test_jit_and_vmap_give_the_same_bits(name):
 
 # --- non-finite values, signed zeros, half precision -----------------------------------
 
-NONFINITE_CASES = [dict(kernel_size=3, padding=1), dict(kernel_size=2, stride=1),
-                   dict(kernel_size=(3, 1), dilation=2, padding=(2, 0)),
-                   dict(kernel_size=2, stride=2), dict(kernel_size=3, stride=2, padding=1),
-                   dict(kernel_size=(4, 3), stride=(4, 3), padding=(2, 1))]
+# Every other case by default: dilated, strided and padded overlapping windows, and padded
+# blocks.
+NONFINITE_CASES = [dict(kernel_size=(3, 1), dilation=2, padding=(2, 0)),
+                   dict(kernel_size=3, padding=1),
+                   dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=1),
+                   dict(kernel_size=(4, 3), stride=(4, 3), padding=(2, 1)),
+                   dict(kernel_size=2, stride=2)]
 
 
 def _with_nonfinite(rng, shape):
@@ -418,7 +443,7 @@ def _with_nonfinite(rng, shape):
     return a
 
 
-@pytest.mark.parametrize("kwargs", NONFINITE_CASES, ids=str)
+@pytest.mark.parametrize("kwargs", default_share(NONFINITE_CASES, 2), ids=str)
 def test_nonfinite_values_and_zero_signs_land_where_torchs_do(kwargs):
     rng = _rng("nonfinite", kwargs)
     x = _with_nonfinite(rng, (2, 2, 5, 6))
@@ -454,27 +479,29 @@ def test_fold_of_negative_zeros_is_positive_zero_as_torchs(kernel_size, strided)
     assert not np.signbit(np.asarray(out)).any()
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_precision_rounds_as_torch(dtype):
+# each dtype with one of the cases by default, in turn; every pair under -m slow
+@pytest.mark.parametrize("dtype,case", each_once(
+    ["float16", "bfloat16"], [(dict(kernel_size=3, padding=1, stride=2), (9, 8)),
+                              (dict(kernel_size=(2, 4), dilation=(1, 2)), (6, 9))]))
+def test_half_precision_rounds_as_torch(dtype, case):
     """torch's CPU col2im adds in the input's dtype, rounding after every addition; so does
     fold (and unfold's gradient, a fold)."""
     torch_dtype = getattr(torch, dtype)
     rng = _rng("half", dtype)
-    for kwargs, size in [(dict(kernel_size=3, padding=1, stride=2), (9, 8)),
-                         (dict(kernel_size=(2, 4), dilation=(1, 2)), (6, 9))]:
-        x = torch.from_numpy(rng.standard_normal((2, 3) + size) * 30).to(torch_dtype)
-        cols = F.unfold(x, **kwargs)
-        c = torch.from_numpy(rng.standard_normal(cols.shape) * 30).to(torch_dtype)
-        as_jax = lambda t: jnp.asarray(t.float().numpy()).astype(dtype)  # noqa: E731
-        as_f32 = lambda a: np.asarray(jnp.asarray(a).astype(jnp.float32))  # noqa: E731
-        xg = x.clone().requires_grad_(True)
-        F.unfold(xg, **kwargs).backward(c)
-        assert_same_bits(as_f32(unfold(as_jax(x), **kwargs)), cols.float().numpy())
-        assert_same_bits(as_f32(fold(as_jax(c), size, **kwargs)),
-                         F.fold(c, size, **kwargs).float().numpy())
-        grad = jax.vjp(lambda a: unfold(a, **kwargs), as_jax(x))[1](as_jax(c))[0]
-        assert grad.dtype == jnp.dtype(dtype)
-        assert_same_bits(as_f32(grad), xg.grad.float().numpy())
+    kwargs, size = case
+    x = torch.from_numpy(rng.standard_normal((2, 3) + size) * 30).to(torch_dtype)
+    cols = F.unfold(x, **kwargs)
+    c = torch.from_numpy(rng.standard_normal(cols.shape) * 30).to(torch_dtype)
+    as_jax = lambda t: jnp.asarray(t.float().numpy()).astype(dtype)  # noqa: E731
+    as_f32 = lambda a: np.asarray(jnp.asarray(a).astype(jnp.float32))  # noqa: E731
+    xg = x.clone().requires_grad_(True)
+    F.unfold(xg, **kwargs).backward(c)
+    assert_same_bits(as_f32(unfold(as_jax(x), **kwargs)), cols.float().numpy())
+    assert_same_bits(as_f32(fold(as_jax(c), size, **kwargs)),
+                     F.fold(c, size, **kwargs).float().numpy())
+    grad = jax.vjp(lambda a: unfold(a, **kwargs), as_jax(x))[1](as_jax(c))[0]
+    assert grad.dtype == jnp.dtype(dtype)
+    assert_same_bits(as_f32(grad), xg.grad.float().numpy())
 
 
 # --- errors -----------------------------------------------------------------------------
@@ -576,10 +603,11 @@ def test_traced_sizes_are_refused():
 # --- torch's own samples ----------------------------------------------------------------
 
 # The catalog has an entry for unfold only (no error inputs); each sample's columns are also
-# folded back, so fold runs on the same arguments. Every SPREAD-th sample by default.
+# folded back, so fold runs on the same arguments. Every SPREAD-th sample by default: six,
+# with every kernel size, dilation, padding, stride and input shape that every 11th has.
 OPINFO = catalog(lambda info: info.name, ["unfold"])  # not Tensor.unfold, also named unfold
 SAMPLE_COUNT = 163
-SPREAD = 11
+SPREAD = 31
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from default_share import default_share
+from default_share import default_share, each_once
 from jaxpool import strategy_table
 from jaxpool.fractional.functions import fractional_max_pool2d, fractional_max_pool3d
 from jaxpool.fractional.plan import step
@@ -117,7 +117,7 @@ def test_small_extents_match_torch_bit_for_bit(dims, axes):
 
 @pytest.mark.parametrize("dims,dtype,batched,how", default_share(
     list(itertools.product((2, 3), (np.float64, np.float32), (True, False), ("size", "ratio"))),
-    3))
+    5))
 def test_values_and_indices_match_torch(dims, dtype, batched, how):
     rng = _rng("values", dims, dtype.__name__, batched, how)
     sizes = (17, 23) if dims == 2 else (9, 11, 10)
@@ -132,32 +132,35 @@ def test_values_and_indices_match_torch(dims, dtype, batched, how):
         _same_bits(g, w)
 
 
-@pytest.mark.parametrize("dims", [2, pytest.param(3, marks=pytest.mark.slow)])
-def test_window_starts_at_their_thresholds_match_torch(dims):
+# The default run: 2-D, each dtype with one extent in turn; the other pairs, and 3-D, under
+# -m slow.
+@pytest.mark.parametrize("dims,dtype,n", [
+    pytest.param(dims, dtype, n, marks=() if dims == 2 and i == j else (pytest.mark.slow,))
+    for dims in (2, 3) for i, dtype in enumerate((np.float32, np.float64))
+    for j, n in enumerate((37, 193))])
+def test_window_starts_at_their_thresholds_match_torch(dims, dtype, n):
     """Kernel 1, one output row per plane: each index is a window start, for samples on and
     beside every threshold of float32 and float64 rounding, many extents."""
-    for dtype in (np.float32, np.float64):
-        rng = _rng("thresholds", dims, dtype.__name__)
-        for n in (37, 193):
-            for o in (2, 31, n):
-                if dims == 3 and o == n:
-                    continue
-                sizes = (n,) + (2,) * (dims - 1)
-                out = (o,) + (1,) * (dims - 1)
-                us = []
-                alpha = (n - 1) / (o - 1)
-                for i, j in itertools.product(range(o - 1), range(0, n, 3)):
-                    u = dtype(j / alpha - i)
-                    if 0 <= u < 1:
-                        us += [u, np.nextafter(u, dtype(0)), np.nextafter(u, dtype(1))]
-                us = np.asarray([u for u in us if 0 <= u < 1][:600] or [dtype(0)], dtype)
-                s = rng.random((1, len(us), dims)).astype(dtype)
-                s[0, :, 1 if dims == 2 else 0] = us
-                x = rng.standard_normal((1, len(us)) + sizes).astype(dtype)
-                want = _torch(dims, x, 1, s, output_size=out)
-                got = _ours(dims, x, 1, s, output_size=out)
-                for g, w in zip(got, want):
-                    _same_bits(g, w)
+    rng = _rng("thresholds", dims, dtype.__name__, n)
+    for o in (2, 31, n):
+        if dims == 3 and o == n:
+            continue
+        sizes = (n,) + (2,) * (dims - 1)
+        out = (o,) + (1,) * (dims - 1)
+        us = []
+        alpha = (n - 1) / (o - 1)
+        for i, j in itertools.product(range(o - 1), range(0, n, 3)):
+            u = dtype(j / alpha - i)
+            if 0 <= u < 1:
+                us += [u, np.nextafter(u, dtype(0)), np.nextafter(u, dtype(1))]
+        us = np.asarray([u for u in us if 0 <= u < 1][:600] or [dtype(0)], dtype)
+        s = rng.random((1, len(us), dims)).astype(dtype)
+        s[0, :, 1 if dims == 2 else 0] = us
+        x = rng.standard_normal((1, len(us)) + sizes).astype(dtype)
+        want = _torch(dims, x, 1, s, output_size=out)
+        got = _ours(dims, x, 1, s, output_size=out)
+        for g, w in zip(got, want):
+            _same_bits(g, w)
 
 
 def _to_numpy(t):
@@ -166,8 +169,8 @@ def _to_numpy(t):
     return t.numpy()
 
 
-@pytest.mark.parametrize("dims", [2, 3])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+# each rank with one dtype by default, in turn; every pair under -m slow
+@pytest.mark.parametrize("dims,dtype", each_once([2, 3], [torch.float16, torch.bfloat16]))
 def test_half_precision_windows_match_torch(dims, dtype):
     """torch rounds every step of the window arithmetic to the half dtype."""
     rng = _rng("half", dims, str(dtype))
@@ -463,12 +466,14 @@ def _ops(fn, *args):
     return set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", text))
 
 
-def _programs(f, x, s, w, v):
+def _programs(f, x, s, w, v, every=True):
+    """The derivative programs of ``<w, tanh(f)**2>``; without ``every``, those that hold
+    the others (grad of grad holds grad; hvp, jacfwd's rows)."""
     def loss(x, s):
         return jnp.sum(w * jnp.tanh(f(x, s)) ** 2)
 
     grad = jax.grad(loss)
-    return {
+    programs = {
         "forward": lambda x, s: f(x, s),
         "vjp": lambda x, s: jax.vjp(lambda a: f(a, s), x)[1](jnp.ones_like(f(x, s)))[0],
         "jvp": lambda x, s: jax.jvp(lambda a: f(a, s), (x,), (v,))[1],
@@ -480,12 +485,19 @@ def _programs(f, x, s, w, v):
         "key": lambda x, s: jax.grad(lambda x: jnp.sum(
             w * f(x, None, key=jax.random.key(0)) ** 2))(x),
     }
+    if not every:
+        programs = {k: p for k, p in programs.items() if k not in ("grad", "jacfwd")}
+    return programs
 
 
-@pytest.mark.parametrize("dims,backend", default_share(
-    [(2, "gpu"), (3, "tpu"), (3, "gpu"), (2, "tpu")], 2))
-def test_no_scatter_at_any_order(dims, backend):
-    """The GPU's and TPU's tables: every derivative program free of scatters."""
+# The default run: the GPU's table, the programs that hold the others; every program under
+# both tables under -m slow.
+@pytest.mark.parametrize("dims,backend,every", [(2, "gpu", False), (3, "gpu", False)] + [
+    pytest.param(dims, backend, True, marks=pytest.mark.slow)
+    for dims, backend in [(2, "gpu"), (3, "tpu"), (3, "gpu"), (2, "tpu")]])
+def test_no_scatter_at_any_order(dims, backend, every):
+    """The GPU's and TPU's tables: every derivative program free of scatters (by default
+    those that hold the others)."""
     x, s, kernel, out, ct = _case(dims, "scatter")
     x, s, w = jnp.asarray(x), jnp.asarray(s), jnp.asarray(ct)
     v = jnp.asarray(_rng("v", dims).standard_normal(x.shape))
@@ -493,17 +505,19 @@ def test_no_scatter_at_any_order(dims, backend):
     def f(x, s, key=None):
         return OURS[dims](x, kernel, output_size=out, samples=s, key=key)
 
-    for name, program in _programs(f, x, s, w, v).items():
+    for name, program in _programs(f, x, s, w, v, every).items():
         with strategy_table.use_backend(backend):
             ops = _ops(program, x, s)
         banned = {op for op in ops if "scatter" in op}
         assert not banned, f"{name} lowers to {banned}"
 
 
-@pytest.mark.parametrize("dims", [2, 3])
-def test_cpu_scatter_adds_as_the_sorted_sum(dims):
+# the second derivative in 3-D by default, in 2-D too under -m slow
+@pytest.mark.parametrize("dims,orders", [pytest.param(2, 2, marks=pytest.mark.slow), (2, 1),
+                                         (3, 2)])
+def test_cpu_scatter_adds_as_the_sorted_sum(dims, orders):
     """The CPU's table adds the rows back with a scatter-add (one thread, the rows'
-    order): the same values and first and second derivatives as the sorted sum, to
+    order): the same values and first (and second) derivatives as the sorted sum, to
     rounding (an element that wins several windows sums their cotangents)."""
     assert strategy_table.lookup("fractional max pooling", "reads added back",
                                  "cpu") == "scatter"
@@ -517,13 +531,14 @@ def test_cpu_scatter_adds_as_the_sorted_sum(dims):
         first = jax.grad(loss)
         second = jax.grad(lambda x: jnp.sum(jnp.cos(first(x))))
         return lambda x: (OURS[dims](x, kernel, output_size=out, samples=s), first(x),
-                          second(x))
+                          *((second(x),) if orders == 2 else ()))
 
     results = {}
     for backend in ("cpu", "gpu"):
         with strategy_table.use_backend(backend):
-            ops = _ops(derivatives(), x)
-            results[backend] = jax.jit(derivatives())(x)
+            lowered = jax.jit(derivatives()).lower(x)  # the program that runs is the one read
+            results[backend] = lowered.compile()(x)
+        ops = set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", lowered.as_text()))
         assert any("scatter" in op for op in ops) == (backend == "cpu"), backend
     np.testing.assert_array_equal(results["cpu"][0], results["gpu"][0])
     for a, b in zip(results["cpu"][1:], results["gpu"][1:]):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from default_share import each_once
 
 from jaxpool.core.gather import (read, read_along, read_pieces, sort_order, sorted_sum,
                                  sorted_sum_along)
@@ -36,9 +37,9 @@ ORDERS = {
 }
 
 
-@pytest.mark.parametrize("adding", ["sorted", "scatter"])
-@pytest.mark.parametrize("pieces", [1, 4])
-def test_read_along_is_read_bit_for_bit(adding, pieces):
+# each piece count with one way of adding by default, in turn; every pair under -m slow
+@pytest.mark.parametrize("pieces,adding", each_once([1, 4], ["sorted", "scatter"]))
+def test_read_along_is_read_bit_for_bit(pieces, adding):
     v, order, w = _data()
     kw = dict(pieces=pieces, adding=adding)
     rows = jax.jit(lambda v: read(v, order, adding=adding))(v)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from default_share import default_share
+from default_share import default_share, each_once
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order, sorted_sum
 from jaxpool.grid_sampling.functions import affine_grid, grid_sample
@@ -211,15 +211,18 @@ def test_jvp_is_the_transpose_of_the_vjp():
 BITS = [(dims, mode, padding, align, dtype)
         for (dims, mode, padding, align), dtype in itertools.product(
             COMBOS, ("float64", "float32"))]
-# one case by default (each compiles eight programs); every combination under -m slow
+# one case by default, with jit, vmap and jvp (each transform compiles its own program);
+# every combination, with every transform, under -m slow
 BITS_DEFAULT = {(2, "bilinear", "reflection", True, "float32")}
 
 
-@pytest.mark.parametrize("dims,mode,padding,align,dtype", [
-    case if case in BITS_DEFAULT else pytest.param(*case, marks=pytest.mark.slow)
-    for case in BITS])
-def test_transforms_give_the_same_bits(dims, mode, padding, align, dtype):
-    """The values, bit for bit: plain, jit, vmap, jvp, vjp, linearize, channels last."""
+@pytest.mark.parametrize("dims,mode,padding,align,dtype,more", [
+    pytest.param(*case, more, marks=() if case in BITS_DEFAULT and not more else
+                 (pytest.mark.slow,))
+    for case in BITS for more in ((False, True) if case in BITS_DEFAULT else (True,))])
+def test_transforms_give_the_same_bits(dims, mode, padding, align, dtype, more):
+    """The values, bit for bit: plain, jit, vmap, jvp (with ``more``: vmap of a batch,
+    vjp, linearize, vmap of jvp, channels last)."""
     x, g, ct = _case(dims, ("bits", mode), spread=1.5)
     x, g, ct = (jnp.asarray(a, dtype) for a in (x, g, ct))
 
@@ -230,15 +233,19 @@ def test_transforms_give_the_same_bits(dims, mode, padding, align, dtype):
     values = {
         "jit": jax.jit(f)(x, g),
         "vmap": jax.vmap(lambda x, g: f(x[None], g[None])[0])(x, g),
-        "vmap of the batch": jax.vmap(f)(jnp.stack([x, x]), jnp.stack([g, g]))[1],
         "jvp": jax.jvp(f, (x, g), (x, g))[0],
-        "vjp": jax.vjp(f, x, g)[0],
-        "linearize": jax.linearize(f, x, g)[0],
-        "vmap of jvp": jax.vmap(lambda x, g: jax.jvp(f, (x[None], g[None]),
-                                                     (x[None], g[None]))[0][0])(x, g),
-        "channels last": jnp.moveaxis(grid_sample(jnp.moveaxis(x, 1, -1), g, mode, padding,
-                                                  align, channels_last=True), -1, 1),
     }
+    if more:
+        values.update({
+            "vmap of the batch": jax.vmap(f)(jnp.stack([x, x]), jnp.stack([g, g]))[1],
+            "vjp": jax.vjp(f, x, g)[0],
+            "linearize": jax.linearize(f, x, g)[0],
+            "vmap of jvp": jax.vmap(lambda x, g: jax.jvp(f, (x[None], g[None]),
+                                                         (x[None], g[None]))[0][0])(x, g),
+            "channels last": jnp.moveaxis(grid_sample(jnp.moveaxis(x, 1, -1), g, mode,
+                                                      padding, align, channels_last=True),
+                                          -1, 1),
+        })
     for name, value in values.items():
         np.testing.assert_array_equal(value, eager, err_msg=name)
 
@@ -308,8 +315,12 @@ def test_nonfinite_input_and_cotangent_gradients_match_torch(dims, mode, padding
     np.testing.assert_allclose(got[2][finite], want[2][finite], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("dims,mode,padding,align", default_share(COMBOS, 17))
+# The default run: every 17th combination, each with one dtype in turn; every pair under
+# -m slow.
+@pytest.mark.parametrize("dims,mode,padding,align,dtype", [
+    pytest.param(*combo, dtype, marks=() if i % 17 == 0 and j == (i // 17) % 2 else
+                 (pytest.mark.slow,))
+    for i, combo in enumerate(COMBOS) for j, dtype in enumerate(("float16", "bfloat16"))])
 def test_half_precision_rounds_once(dims, mode, padding, align, dtype):
     """float32 arithmetic rounded once: torch's float32 values rounded to the dtype, and
     torch's own half-precision kernel within a rounding or two."""
@@ -335,9 +346,10 @@ def test_half_precision_rounds_once(dims, mode, padding, align, dtype):
 
 # --- affine_grid ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("align", [False, True])
-@pytest.mark.parametrize("size", [(2, 3, 1, 4), (1, 1, 5, 3), (2, 1, 4, 4), (2, 2, 1, 3, 4),
-                                  (1, 1, 5, 2, 3), (1, 1, 2, 1, 1)])
+# each size once by default, the alignments in turn; both under -m slow
+@pytest.mark.parametrize("size,align", each_once(
+    [((2, 3, 1, 4),), ((1, 1, 5, 3),), ((2, 1, 4, 4),), ((2, 2, 1, 3, 4),),
+     ((1, 1, 5, 2, 3),), ((1, 1, 2, 1, 1),)], [False, True]))
 def test_affine_grid_matches_torch(size, align):
     dims = len(size) - 2
     theta = _rng("theta", size).standard_normal((size[0], dims, dims + 1))
@@ -426,8 +438,10 @@ def test_align_corners_none_warns_and_means_false():
 
 # --- no scatter at any order ----------------------------------------------------------------
 
-def _programs(f, x, g, w):
-    """Every derivative program of ``<w, f(x, g)>``'s nonlinear cousin, for each argument."""
+def _programs(f, x, g, w, every=True):
+    """Every derivative program of ``<w, f(x, g)>``'s nonlinear cousin, for each argument;
+    without ``every``, those that hold the others (grad of grad holds grad; hvp, jacfwd's
+    rows) and the input's vmap of grad (the grid's gradient adds nothing back)."""
     def loss(x, g):
         return jnp.sum(w * jnp.tanh(f(x, g)) ** 2)
 
@@ -449,22 +463,30 @@ def _programs(f, x, g, w):
             f"vmap of grad {name}": lambda x, g, i=i: jax.vmap(
                 lambda x, g: jax.grad(loss, i)(x[None], g[None]))(x, g),
         })
+    if not every:
+        held = {f"{kind} {name}" for kind in ("grad", "jacfwd") for name in ("input", "grid")}
+        progs = {k: p for k, p in progs.items() if k not in held | {"vmap of grad grid"}}
     return progs
 
 
-@pytest.mark.parametrize("backend", ["gpu", pytest.param("tpu", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("dims,mode,padding", default_share(
-    [(2, "bilinear", "zeros"), (3, "bilinear", "border"), (2, "nearest", "zeros"),
-     (2, "bicubic", "reflection")], 4))
-def test_no_scatter_at_any_order(dims, mode, padding, backend):
-    """The GPU's and TPU's tables: every derivative program free of scatters."""
+# The default run: one case on the GPU's table, the programs that hold the others; every
+# case and program on both tables under -m slow.
+@pytest.mark.parametrize("dims,mode,padding,backend,every", [
+    (2, "bilinear", "zeros", "gpu", False)] + [
+    pytest.param(*case, backend, True, marks=pytest.mark.slow)
+    for backend in ("gpu", "tpu")
+    for case in [(2, "bilinear", "zeros"), (3, "bilinear", "border"), (2, "nearest", "zeros"),
+                 (2, "bicubic", "reflection")]])
+def test_no_scatter_at_any_order(dims, mode, padding, backend, every):
+    """The GPU's and TPU's tables: every derivative program free of scatters (by default
+    those that hold the others)."""
     x, g, ct = _case(dims, ("scatter",), extent=3)
     x, g, w = jnp.asarray(x[:, :2]), jnp.asarray(g), jnp.asarray(ct[:, :2])
 
     def f(x, g):
         return grid_sample(x, g, mode, padding, False)
 
-    for name, program in _programs(f, x, g, w).items():
+    for name, program in _programs(f, x, g, w, every).items():
         with strategy_table.use_backend(backend):
             ops = _ops(program, x, g)
         banned = {op for op in ops if "scatter" in op}
@@ -492,8 +514,9 @@ def test_cpu_scatter_adds_as_the_sorted_sum(dims, mode, padding, align):
     results = {}
     for backend in ("cpu", "gpu"):
         with strategy_table.use_backend(backend):
-            ops = _ops(derivatives(), x, g)
-            results[backend] = jax.jit(derivatives())(x, g)
+            lowered = jax.jit(derivatives()).lower(x, g)  # the program that runs is the one read
+            results[backend] = lowered.compile()(x, g)
+        ops = set(re.findall(r"\b(?:stablehlo|chlo|mhlo)\.([a-z_]+)", lowered.as_text()))
         assert any("scatter" in op for op in ops) == (backend == "cpu"), backend
     for a, b in zip(results["cpu"], results["gpu"]):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)

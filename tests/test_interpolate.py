@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import jaxpool
 from jaxpool.resampling import plan as resampling_plan
 from jaxpool.resampling.plan import plan_interpolate
+from default_share import default_cases, default_share
 
 MODE_RANKS = [("nearest", 1), ("nearest", 2), ("nearest", 3), ("nearest-exact", 1),
               ("nearest-exact", 2), ("nearest-exact", 3), ("linear", 1), ("bilinear", 2),
@@ -228,32 +229,51 @@ def test_an_inf_at_a_zero_weight_is_nan_as_in_torch():
         _assert_same_nonfinite(np.asarray(jaxpool.interpolate(x, **kwargs)), expected, 0)
 
 
+# (input extents, output extents, align_corners): one compiled program each. The default
+# run takes every seventh (7 is prime to the 5, 5 and 2 values crossed: each value still
+# appears, test_the_integer_index_spread_holds_every_value; in float64, three of its four
+# calls without align_corners have an index that the fused multiply-add lands off an
+# integer), -m slow all of it.
+INTEGER_INDEX_GRID = list(itertools.product([(1, 1), (1, 3), (3, 1), (2, 2), (3, 5)],
+                                            [(5, 7), (1, 4), (3, 3), (7, 10), (9, 6)],
+                                            [False, True]))
+INTEGER_INDEX_SPREAD = 7
+
+
+def test_the_integer_index_spread_holds_every_value():
+    for i in range(3):
+        assert ({c[i] for c in default_cases(INTEGER_INDEX_GRID, INTEGER_INDEX_SPREAD)}
+                == {c[i] for c in INTEGER_INDEX_GRID})
+
+
 @pytest.mark.usefixtures("x64")
-# bicubic in float64 by default (its source index is bilinear's, with more taps to land on),
-# both modes in both dtypes under -m slow.
-@pytest.mark.parametrize("dtype", [pytest.param(np.float32, marks=pytest.mark.slow), np.float64])
-@pytest.mark.parametrize("mode", [pytest.param("bilinear", marks=pytest.mark.slow), "bicubic"])
-def test_inf_at_an_integer_source_index_as_in_torch(mode, dtype):
+# bicubic in float64 on the spread by default (its source index is bilinear's, with more
+# taps to land on), both modes in both dtypes on the whole grid under -m slow.
+@pytest.mark.parametrize("mode,dtype,calls", [
+    pytest.param("bicubic", np.float64, default_cases(INTEGER_INDEX_GRID, INTEGER_INDEX_SPREAD),
+                 id="bicubic-float64-spread"),
+    *[pytest.param(mode, dtype, INTEGER_INDEX_GRID, id=f"{mode}-{dtype.__name__}",
+                   marks=pytest.mark.slow)
+      for mode in ("bilinear", "bicubic") for dtype in (np.float32, np.float64)]])
+def test_inf_at_an_integer_source_index_as_in_torch(mode, dtype, calls):
     """torch computes the source index ``scale * (i + 0.5) - 0.5`` as one fused
     multiply-add, so an index that is an integer in exact arithmetic can land a rounding step
     off it: the far tap then weighs a tiny fraction (inf stays inf), not ``0`` (NaN)."""
     bad = []
     values = (np.inf, -np.inf, np.nan)
-    for in_hw in [(1, 1), (1, 3), (3, 1), (2, 2), (3, 5)]:
-        for out_hw in [(5, 7), (1, 4), (3, 3), (7, 10), (9, 6)]:
-            for align_corners in (False, True):
-                # one batch element per value: one compiled program for the three
-                x = np.broadcast_to(np.arange(np.prod(in_hw), dtype=dtype).reshape(in_hw),
-                                    (len(values), 1, *in_hw)).copy()
-                for b, value in enumerate(values):
-                    x[b].reshape(-1)[x[b].size // 2] = value
-                kwargs = {"size": out_hw, "mode": mode, "align_corners": align_corners}
-                actual = np.asarray(jaxpool.interpolate(x, **kwargs))
-                expected = _torch(x, kwargs)
-                for b, value in enumerate(values):
-                    for test in (np.isnan, np.isposinf, np.isneginf):
-                        if (test(actual[b]) != test(expected[b])).any():
-                            bad.append((in_hw, out_hw, value, align_corners, test.__name__))
+    for in_hw, out_hw, align_corners in calls:
+        # one batch element per value: one compiled program for the three
+        x = np.broadcast_to(np.arange(np.prod(in_hw), dtype=dtype).reshape(in_hw),
+                            (len(values), 1, *in_hw)).copy()
+        for b, value in enumerate(values):
+            x[b].reshape(-1)[x[b].size // 2] = value
+        kwargs = {"size": out_hw, "mode": mode, "align_corners": align_corners}
+        actual = np.asarray(jaxpool.interpolate(x, **kwargs))
+        expected = _torch(x, kwargs)
+        for b, value in enumerate(values):
+            for test in (np.isnan, np.isposinf, np.isneginf):
+                if (test(actual[b]) != test(expected[b])).any():
+                    bad.append((in_hw, out_hw, value, align_corners, test.__name__))
     assert not bad, bad[:5]
 
 
@@ -288,7 +308,9 @@ def test_channels_last_is_the_transposed_call(name, rng):
                                atol=1e-12)
 
 
-# One case per strategy in the default run (each transform compiles a program of its own).
+# One case per strategy (each transform compiles a program of its own): the default run
+# takes every other one in the transforms test and the others in the tangents test (a
+# nearest case in each), -m slow every case in both (and every case of CASES in the first).
 TRANSFORM_CASES = ["nearest 1d ragged (picks)", "nearest 3d scale 1.7 (phases, copies)",
                    "bilinear align_corners (matrix)", "bicubic arbitrary scale (selections)",
                    "bilinear antialias large (filter-phases)",
@@ -296,7 +318,7 @@ TRANSFORM_CASES = ["nearest 1d ragged (picks)", "nearest 3d scale 1.7 (phases, c
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=() if name in TRANSFORM_CASES else pytest.mark.slow)
+    pytest.param(name, marks=() if name in TRANSFORM_CASES[1::2] else pytest.mark.slow)
     for name in CASES])
 def test_transforms_never_change_a_value(name, rng):
     """The same bits, zero signs included, plain, under jit, vmap, jvp and vjp."""
@@ -319,7 +341,9 @@ def test_transforms_never_change_a_value(name, rng):
         assert value.tobytes() == plain.tobytes(), f"{how} changes bits"
 
 
-@pytest.mark.parametrize("name", TRANSFORM_CASES)
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=() if name in TRANSFORM_CASES[::2] else pytest.mark.slow)
+    for name in TRANSFORM_CASES])
 def test_tangents_keep_zero_signs_and_nonfinite_as_torchs_forward_mode(name, rng):
     """A tangent's NaN and inf come out where torch's forward mode puts them, and a copying
     axis copies the tangent bit for bit, -0 included (a reduction from +0 made it +0)."""
@@ -419,13 +443,20 @@ def _check_grads(name, rng, order):
 def test_check_grads_to_order_3(name, rng):
     """Order 3 in both modes against finite differences (20-50 s a case on a shared CPU,
     so under -m slow); the default run checks the first derivatives exactly against torch
-    (below), the second against torch's hessian-vector products, and lowers every
-    strategy's third derivative in the scatter check."""
+    (below), the second against torch's hessian-vector products, and lowers third
+    derivatives in the scatter check (each strategy in one of the two by default)."""
     _check_grads(name, rng, 3)
 
 
+# The default run lowers every other strategy's programs, and checks the others' derivatives
+# against torch below (the no-scatter check lowers ten programs a case, with third
+# derivatives); -m slow every strategy in both tests.
+SCATTER_SHARE = default_share(list(DERIVATIVE_CASES), 2)
+TORCH_DERIVATIVE_SHARE = default_share(list(DERIVATIVE_CASES)[1:] + list(DERIVATIVE_CASES)[:1], 2)
+
+
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", list(DERIVATIVE_CASES))
+@pytest.mark.parametrize("name", SCATTER_SHARE)
 def test_no_scatter_at_any_order(name, rng):
     """Every strategy's derivative programs (both modes, orders 1 to 3, jacobian, hessian,
     per-example gradients) lower without a scatter or gather."""
@@ -471,7 +502,7 @@ BACKWARD_DIFFERENCES = {
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", list(DERIVATIVE_CASES) + list(BACKWARD_DIFFERENCES))
+@pytest.mark.parametrize("name", TORCH_DERIVATIVE_SHARE + list(BACKWARD_DIFFERENCES))
 def test_derivatives_match_torchs_forward(name, rng):
     """Reverse mode is the transpose of torch's forward map, forward mode the map itself,
     the hessian-vector product of a nonlinear loss torch's; torch's own backward agrees
@@ -515,11 +546,14 @@ def test_derivatives_match_torchs_forward(name, rng):
 from test_nonfinite import _derivative_maps, _non_finite_directions, _same_mask  # noqa: E402
 
 # every mode's derivative rule (each strategy's case, and the modes of CASES under -m slow);
-# torch's backward is the transpose of its forward in all of them (not BACKWARD_DIFFERENCES)
+# torch's backward is the transpose of its forward in all of them (not BACKWARD_DIFFERENCES).
+# By default the strategies of the no-scatter check's share (the others' derivatives are
+# checked against torch's in test_derivatives_match_torchs_forward), and the modes below.
 NONFINITE_CASES = {**{f"{name} (derivative case)": case
                       for name, case in DERIVATIVE_CASES.items()},
                    **{name: case for name, case in CASES.items() if name != "area"}}
-DEFAULT_NONFINITE = {f"{name} (derivative case)" for name in DERIVATIVE_CASES} | {
+DEFAULT_NONFINITE = {f"{name} (derivative case)"
+                     for name in default_cases(list(DERIVATIVE_CASES), 2)} | {
     "trilinear", "bilinear antialias down", "linear 1d down",
     "bilinear antialias /3 (filter-phases, zero weights)",
     "bilinear antialias large (filter-phases)"}

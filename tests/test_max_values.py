@@ -100,10 +100,10 @@ def _check(program, torch_fn, x, ndim, channels_last, rng):
                                atol=1e-14 * np.abs(expected[2]).max(initial=0))
 
 
-# The default run takes a seventh of the crossed grid (every value of every option, in each
-# dimension: test_the_default_max_share_holds_every_option_value; 7 is the smallest share
-# above 3 that keeps them all) and the long windows; -m slow the whole grid.
-MAX_SHARE = 7
+# The default run takes a seventeenth of the crossed grid (every value of every option, in
+# each dimension: test_the_default_max_share_holds_every_option_value; 7, 9, 11 and 17
+# keep them all) and the long windows; -m slow the whole grid.
+MAX_SHARE = 17
 
 
 def test_the_default_max_share_holds_every_option_value():
@@ -159,9 +159,17 @@ def test_indices_are_int32_without_x64():
     assert indices.dtype == jnp.int32
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("kind", ["normal", "relu", "non-finite"])
-@pytest.mark.parametrize("op", ["max 3x3 s2 p1", "max ceil dilated", "adaptive 15->4"])
+BIT_EXACT_OPS = ["max 3x3 s2 p1", "max ceil dilated", "adaptive 15->4"]
+BIT_EXACT_DTYPES = ["float16", "bfloat16", "float32"]
+
+
+# Each op in one dtype by default (the dtypes in turn: one compiled program per op and
+# dtype), on every kind of input; every pair under -m slow.
+@pytest.mark.parametrize("op,kind,dtype", [
+    pytest.param(op, kind, dtype, marks=() if j == i % len(BIT_EXACT_DTYPES) else pytest.mark.slow,
+                 id=f"{op}-{kind}-{dtype}")
+    for i, op in enumerate(BIT_EXACT_OPS) for kind in ("normal", "relu", "non-finite")
+    for j, dtype in enumerate(BIT_EXACT_DTYPES)])
 def test_max_is_bit_exact_in_every_dtype(op, kind, dtype, rng):
     """Max pooling picks an element: nothing to round, so every dtype matches torch bit for
     bit (the sign of a zero included)."""
@@ -189,9 +197,9 @@ LP_CASES = [(d, p, args) for d in (1, 2, 3) for p in (1, 2, 3, 1.5, float("inf")
             for args in (dict(kernel_size=2), dict(kernel_size=3, stride=2, ceil_mode=True))]
 
 
-# The default run takes every fifth: each dimension, power and window option still appears
+# The default run takes every seventh: each dimension, power and window option still appears
 # (test_the_default_lp_share_holds_every_option_value); -m slow the whole grid.
-LP_SHARE = 5
+LP_SHARE = 7
 
 
 def test_the_default_lp_share_holds_every_option_value():
@@ -283,8 +291,14 @@ SIGN_CASES = {
 }
 
 
-# Every other case by default, every case under -m slow.
-@pytest.mark.parametrize("name", default_share(list(SIGN_CASES), 2))
+# By default one case of each kind: a whole axis walked, a whole axis by doubling spans, and
+# windows that do not cover their axis; every case under -m slow.
+SIGN_DEFAULT = ("adaptive 2x3 -> 1", "adaptive 40 -> 1 (doubling)", "3x3 s2 p1")
+
+
+@pytest.mark.parametrize("name", [n if n in SIGN_DEFAULT
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in SIGN_CASES])
 def test_a_transform_never_changes_a_zeros_sign(name, rng):
     """Inputs of signed zeros (and a few negatives): every window's pick is a zero whose
     sign is torch's, plainly and under every transform."""
@@ -298,8 +312,10 @@ def test_a_transform_never_changes_a_zeros_sign(name, rng):
         np.testing.assert_array_equal(_bits(got), _bits(expected), err_msg=transform)
 
 
-@pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("output_size", [2, 3, 5])
+# The default run takes every fourth (the diagonal: each rank and output size once), -m slow
+# all of them.
+@pytest.mark.parametrize("ndim,output_size",
+                         default_share(list(itertools.product([1, 2, 3], [2, 3, 5])), 4))
 def test_adaptive_max_of_an_axis_of_one_element(ndim, output_size, rng):
     """Every window of an axis of extent 1 holds its one element: values, indices and the
     gradient as torch's, along each axis in turn, in both layouts."""

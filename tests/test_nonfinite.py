@@ -22,7 +22,9 @@ def _same_pattern(got, expected):
 
 @pytest.mark.parametrize("values", [(np.nan,), (np.inf,), (-np.inf,), (np.inf, -np.inf),
                                     (np.nan, np.inf, -np.inf, np.inf)])
-@pytest.mark.parametrize("name", list(CASES))
+# Every other case by default (a spread over the strategies; each case compiles its
+# programs once for every pattern of values), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(CASES), 2))
 def test_non_finite_values_stay_in_their_windows(name, values, rng):
     pool, shape, _ = CASES[name]
     x = rng.standard_normal(shape).astype(np.float32)
@@ -141,8 +143,8 @@ def _derivative_maps(pool, x):
     pytest.param((np.inf, np.inf), True, marks=pytest.mark.slow),
     pytest.param((-np.inf,), True, marks=pytest.mark.slow)],
     ids=["mixed", "mixed-every-way", "two +inf", "-inf"])
-# Every other case by default (a spread over the strategies), every case under -m slow.
-@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 2))
+# Every third case by default (a spread over the strategies), every case under -m slow.
+@pytest.mark.parametrize("name", default_share(list(DERIVATIVE_CASES), 3))
 def test_non_finite_derivatives_stay_where_torch_puts_them(name, values, every_way, rng, x64):
     """A cotangent's NaN or inf reaches only the inputs of the windows that hold it, a
     tangent's only the outputs whose windows hold it, as torch's backward and

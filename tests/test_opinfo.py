@@ -37,12 +37,14 @@ needs_max = pytest.mark.skipif(not hasattr(jaxpool, "max_pool2d"),
                                reason="jaxpool has no max pooling yet (jaxpool.max_pool2d)")
 
 # max_pool1d/2d/3d have 576-1,440 samples each, and nearly every one is a program of its own
-# to compile: the default run takes every SPREAD-th (a prime; the selection still holds every
-# input shape and every value of every argument the catalog varies, which
-# test_the_spread_holds_every_shape_and_argument_value checks); `-m slow` takes them all.
-# The adaptive max ops have a few dozen samples: all of them in the spread. By default each
-# op's spread runs in one dtype (the dtypes in turn), under -m slow in both.
-SPREAD = 83
+# to compile: the default run takes every SPREAD[op]-th (a prime, about the largest whose
+# selection still holds every input shape and every value of every argument the catalog
+# varies, which test_the_spread_holds_every_shape_and_argument_value checks); `-m slow`
+# takes them all. The adaptive max ops have a few dozen samples: every third in the
+# spread (the largest share that still holds them). By default each op's spread runs in
+# one dtype (the dtypes in turn), under -m slow in both.
+SPREAD = {"max_pool1d": 131, "max_pool2d": 157, "max_pool3d": 83}
+ADAPTIVE_SPREAD = 3
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -290,8 +292,8 @@ def _spread(op: str, dtype: torch.dtype) -> tuple[Call, ...]:
     """The samples the default run takes (another share per dtype)."""
     calls = samples(op, dtype)
     if op.startswith("adaptive"):
-        return calls
-    return calls[(0 if dtype == torch.float32 else SPREAD // 2)::SPREAD]
+        return calls[(0 if dtype == torch.float32 else ADAPTIVE_SPREAD - 1)::ADAPTIVE_SPREAD]
+    return calls[(0 if dtype == torch.float32 else SPREAD[op] // 2)::SPREAD[op]]
 
 
 # Each op in one dtype by default (the dtypes in turn), both under -m slow.

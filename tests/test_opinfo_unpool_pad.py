@@ -34,8 +34,10 @@ VARIANTS = sorted([(f"max_unpool{d}d", v) for d in (1, 2, 3) for v in ("", "grad
 WITH_ERROR_INPUTS = [k for k in VARIANTS if k[0] != "pad" and k[1] == ""]
 # Each max_unpool sample compiles a program of its own: the default run takes every
 # SPREAD-th (a prime, so the selection still spans the shapes and arguments the catalog
-# varies), every pad sample, and every sample under -m slow.
-SPREAD = {"": 61, "grad": 17}
+# varies), every pad sample but every other constant one (the selection still holds every
+# input shape, pad and value of the constant samples:
+# test_the_pad_spread_holds_every_shape_and_argument), and every sample under -m slow.
+SPREAD = {"": 61, "grad": 17, "constant": 2}
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -181,12 +183,25 @@ def test_the_catalog_has_every_variant():
     assert [k for k in VARIANTS if OPINFO[k].error_inputs_func] == WITH_ERROR_INPUTS
 
 
+def _spread(key) -> tuple[Call, ...]:
+    return samples(key)[::SPREAD.get(key[1], 1)]
+
+
+@pytest.mark.parametrize("key", [k for k in VARIANTS if k[0] == "pad"],
+                         ids=lambda k: f"{k[0]}[{k[1]}]")
+def test_the_pad_spread_holds_every_shape_and_argument(key):
+    def features(call: Call) -> set:
+        return {("input shape", call.x.shape)} | {
+            (f"argument {i}", repr(a)) for i, a in enumerate(call.args)} | {
+            (k, repr(v)) for k, v in call.kwargs.items()}
+
+    every = set().union(*map(features, samples(key)))
+    assert every <= set().union(*map(features, _spread(key)))
+
+
 @pytest.mark.parametrize("key", VARIANTS, ids=lambda k: f"{k[0]}[{k[1]}]")
 def test_samples_spread(key):
-    calls = samples(key)
-    if key[0] != "pad":
-        calls = calls[::SPREAD[key[1]]]
-    _check_all(calls)
+    _check_all(_spread(key))
 
 
 @pytest.mark.slow

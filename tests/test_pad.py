@@ -149,10 +149,15 @@ def test_values_are_torchs_bit_for_bit(shape, pad, mode, value, channels_last, r
     np.testing.assert_array_equal(_bits(got), _bits(expected))
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
-@pytest.mark.parametrize("shape,pad", [((3, 5), (2, 1)), ((3, 4, 5), (2, 0, 1, 1)),
-                                       ((2, 3, 4, 5), (1, 1, 2, 0, 1, 2))],
-                         ids=["1d", "2d", "3d"])
+UNBATCHED = {"1d": ((3, 5), (2, 1)), "2d": ((3, 4, 5), (2, 0, 1, 1)),
+             "3d": ((2, 3, 4, 5), (1, 1, 2, 0, 1, 2))}
+
+
+# Each mode once by default, with the ranks in turn; every pair under -m slow.
+@pytest.mark.parametrize("shape,pad,mode", [
+    pytest.param(*UNBATCHED[rank], mode, id=f"{rank}-{mode}",
+                 marks=() if j == i % len(UNBATCHED) else pytest.mark.slow)
+    for i, mode in enumerate(MODES) for j, rank in enumerate(UNBATCHED)])
 def test_unbatched_channels_last_pads_the_axes_before_the_channels(shape, pad, mode, rng,
                                                                   x64):
     """[*spatial, C] takes the pairs torch gives [C, *spatial] (every mode)."""

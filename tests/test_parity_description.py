@@ -5,6 +5,7 @@ and printed by format_alignment; the Flax target going one way through parity's 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 
@@ -73,6 +74,17 @@ class ResNet(nn.Module):
         return nn.Dense(3)(x.mean((1, 2)))
 
 
+@functools.cache
+def _initialised(x_flax_shape):
+    """The port's variables, in float64: initialised once for the module (the init compiles
+    for seconds), on a key of XLA's own generator (a threefry key's program compiles for
+    seconds more)."""
+    with x64():
+        variables = jax.jit(ResNet().init)(jax.random.key(0, impl="unsafe_rbg"),
+                                           jnp.ones(x_flax_shape))
+        return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables)
+
+
 def _case():
     torch.manual_seed(0)
     torch_net = TorchResNet().double().eval()
@@ -83,9 +95,7 @@ def _case():
                 m.running_var.uniform_(0.5, 2.0)
     x = np.random.default_rng(0).standard_normal((2, 3, 5, 5))
     x_flax = np.moveaxis(x, 1, -1)
-    with x64():
-        variables = jax.jit(ResNet().init)(jax.random.key(0), jnp.asarray(x_flax))
-        variables = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables)
+    variables = jax.tree_util.tree_map(np.copy, _initialised(x_flax.shape))  # each its own
     return torch_net, x, x_flax, variables
 
 

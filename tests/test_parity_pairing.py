@@ -19,6 +19,9 @@ from parity.calls import Call
 from parity.pairing import WeightMap, pair_calls
 
 PARITY = pathlib.Path(parity.__file__).parent
+# Initial values drawn by XLA's own generator: on a threefry key, Flax's initialisers compile
+# a program of a second or more per shape on CPU, for values every load here replaces.
+KEY = jax.random.key(0, impl="unsafe_rbg")
 
 
 def call(path: str, type_name: str, start: int, shape_in: tuple, shape_out: tuple) -> Call:
@@ -111,7 +114,7 @@ class GroupNormNet(nn.Module):
 
 def test_the_loader_never_pairs_weights_by_position():
     x = np.ones((2, 4), np.float32)
-    variables = GroupNormNet().init(jax.random.key(0), jnp.asarray(x))
+    variables = GroupNormNet().init(KEY, jnp.asarray(x))
     with pytest.raises(ValueError, match=r"(?s)torch tensors left unmatched.*norm\.weight"):
         parity.load_torch_weights(TorchNormNet(), variables, model=GroupNormNet(), x=x)
     with pytest.raises(ValueError, match=r"Flax leaves left unset"):
@@ -188,7 +191,7 @@ def _ab_case():
     x = np.random.default_rng(0).standard_normal((2, 8))
     with x64():
         init = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, np.float64), AB().init(
-            jax.random.key(0), jnp.asarray(x), jnp.ones((2, 8))))
+            KEY, jnp.asarray(x), jnp.ones((2, 8))))
     return torch_net, x, init
 
 
@@ -276,7 +279,7 @@ class CoreNet(nn.Module):
 def test_order_and_names_disagreeing_refuse_with_the_name_map_that_settles_it():
     torch_net = TorchInner()
     v = np.ones((1, 4), np.float32)
-    init = CoreNet().init(jax.random.key(0), jnp.asarray(v))
+    init = CoreNet().init(KEY, jnp.asarray(v))
     with pytest.raises(ValueError) as info:
         parity.load_torch_weights(torch_net, init, model=CoreNet(), x=v)
     msg = str(info.value)
@@ -377,7 +380,7 @@ def test_raw_parameters_load_save_back_and_compare():
     from parity.convert import x64
 
     with x64():
-        init = Tokens().init(jax.random.key(0), jnp.asarray(x))
+        init = Tokens().init(KEY, jnp.asarray(x))
     loaded = parity.load_torch_weights(torch_net, init)
     np.testing.assert_array_equal(loaded["params"]["pos"], torch_net.pos.detach().numpy())
     back = parity.to_torch_weights(loaded, TorchTokens())

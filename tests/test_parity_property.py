@@ -1,7 +1,8 @@
 """Property test: random shapes and pooling arguments, jaxpool against torch via parity.compare.
 
-Each test draws ``PARITY_HYPOTHESIS_EXAMPLES`` cases (default 15): set the variable higher
-for a longer hunt, e.g. ``PARITY_HYPOTHESIS_EXAMPLES=2000 pytest tests/test_parity_property.py``.
+Each test draws ``PARITY_HYPOTHESIS_EXAMPLES`` cases (default 15) under ``-m slow``, and a
+third as many in the default run: set the variable higher for a longer hunt, e.g.
+``PARITY_HYPOTHESIS_EXAMPLES=2000 pytest -m slow tests/test_parity_property.py``.
 Cases are tiny and float64, to derivative order 1 or 2 (the suite, ``python -m parity``,
 covers order 3 and the other dtypes).
 """
@@ -9,6 +10,7 @@ covers order 3 and the other dtypes).
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +20,8 @@ from parity.suite.ops import jax_counterpart, torch_counterpart
 EXAMPLES = int(os.environ.get("PARITY_HYPOTHESIS_EXAMPLES", "15"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
+# The default run's share: each example compiles its own programs.
+DEFAULT_SETTINGS = settings(SETTINGS, max_examples=max(1, EXAMPLES // 3))
 
 
 def _tuple_or_int(draw, values):
@@ -87,13 +91,27 @@ def _check(case, orders, seed):
     event("both raised" if report.rows[0].note.startswith("both raised") else "compared")
 
 
-@SETTINGS
+@DEFAULT_SETTINGS
 @given(case=avg_pool_cases(), orders=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
 def test_avg_pool_matches_torch(case, orders, seed):
     _check(case, orders, seed)
 
 
+@pytest.mark.slow
 @SETTINGS
+@given(case=avg_pool_cases(), orders=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
+def test_avg_pool_matches_torch_more_examples(case, orders, seed):
+    _check(case, orders, seed)
+
+
+@DEFAULT_SETTINGS
 @given(case=adaptive_cases(), orders=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
 def test_adaptive_avg_pool_matches_torch(case, orders, seed):
+    _check(case, orders, seed)
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(case=adaptive_cases(), orders=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
+def test_adaptive_avg_pool_matches_torch_more_examples(case, orders, seed):
     _check(case, orders, seed)

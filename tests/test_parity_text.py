@@ -248,9 +248,11 @@ def _grid(default: set, *axes) -> list:
             for combo in itertools.product(NAMES, *axes)]
 
 
+# BERT's by default in test_integer_inputs_reach_both_sides_as_they_are (chained, float64,
+# with gradients).
 @pytest.mark.parametrize("name, mode, dtype, gradients", _grid(
-    {("bert", "chained", "float64", False), ("gpt2", "shadow", "float32", True),
-     ("t5", "shadow", "float32", False), ("beit", "chained", "float64", True)},
+    {("gpt2", "shadow", "float32", True), ("t5", "shadow", "float32", False),
+     ("beit", "chained", "float64", True)},
     ("chained", "shadow"), ("float64", "float32"), (False, True)))
 def test_the_faithful_port_passes_from_its_token_ids(name, mode, dtype, gradients):
     case = _get(name)

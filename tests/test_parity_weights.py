@@ -18,7 +18,11 @@ from flax import nnx
 import parity
 from parity.convert import x64
 
-R = nnx.Rngs(0)
+# The initial values are drawn by XLA's own generator: on a threefry key, Flax's initialisers
+# compile a program of seconds per shape on CPU, for values that every load replaces or that
+# stand for any trained weights.
+KEY = jax.random.key(0, impl="unsafe_rbg")
+R = nnx.Rngs(KEY)
 
 # name -> (torch layer, linen module, nnx module, input shape in torch's layout, layout)
 # layout: "first" = channels-first in torch, channels-last in Flax; "same" = no move;
@@ -126,7 +130,7 @@ def _nnx_fn(model, layout):
 def _float64_linen(module, x, layout):
     to_flax, _ = _layout_fns(layout)
     with x64():
-        variables = module.init(jax.random.key(0), to_flax(jnp.asarray(x)))
+        variables = module.init(KEY, to_flax(jnp.asarray(x)))
         return jax.tree_util.tree_map(
             lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a,
             variables)
@@ -147,10 +151,10 @@ def _torch_fn(layer):
 
 # Compiling each layer's programs costs seconds: the default run leaves out the layers whose
 # rule another default case already takes (a plain conv in 1d and 3d beside grouped 2d, a
-# transposed conv in 2d beside 1d and 3d, the bias-free and the other eval-mode norms);
-# every layer under -m slow.
-LAYOUT_SLOW = ("Linear no bias", "Conv1d", "Conv3d", "ConvTranspose2d", "BatchNorm1d",
-               "BatchNorm3d")
+# plain transposed conv in 2d and 3d beside 1d and 2d's transpose_kernel, the bias-free and
+# the other eval-mode norms); every layer under -m slow.
+LAYOUT_SLOW = ("Linear no bias", "Conv1d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d",
+               "BatchNorm1d", "BatchNorm3d")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LAYOUT_SLOW
@@ -243,8 +247,20 @@ class Net(nn.Module):
         return nn.Dense(2)(y) if self.extra else y
 
 
+def _drawn(shapes, seed=0):
+    """Random arrays (NumPy's, variances positive) in the structure and dtypes of an init's
+    ``jax.eval_shape``: no program to compile, where an init compiles one per shape."""
+    rng = np.random.default_rng(seed)
+
+    def draw(path, a):
+        r = rng.standard_normal(a.shape)
+        return jnp.asarray((np.abs(r) + 0.5 if path[-1].key == "var" else r).astype(a.dtype))
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
 def _net_variables(**kw):
-    return Net(**kw).init(jax.random.key(0), jnp.ones((1, 5, 5, 3)))
+    return _drawn(jax.eval_shape(Net(**kw).init, KEY, jnp.ones((1, 5, 5, 3))))
 
 
 class WideNet(nn.Module):
@@ -336,8 +352,9 @@ def test_layers_that_fit_one_counterpart_need_no_order():
                 x = nn.Dense(i + 2)(x)
             return x
 
-    # jitted (an eager init compiles each of its ops on its own)
-    variables = jax.jit(Chain().init)(jax.random.key(0), jnp.ones((1, 1)))
+    # in the structure jax.eval_shape gives, sorted as a jit returns it (an init of twelve
+    # shapes compiles for seconds)
+    variables = _drawn(jax.eval_shape(Chain().init, KEY, jnp.ones((1, 1))))
     assert list(variables["params"])[:3] == ["Dense_0", "Dense_1", "Dense_10"]
     loaded = parity.load_torch_weights(torch_net, variables)
     np.testing.assert_array_equal(loaded["params"]["Dense_10"]["bias"],
@@ -401,10 +418,9 @@ def test_sorted_variables_are_never_paired_by_their_order(reorder):
     torch_net, x, x_flax = _block_net_case()
     with x64():
         if reorder == "jit":
-            variables = jax.jit(BlockNet().init)(jax.random.key(0), x_flax)
+            variables = jax.jit(BlockNet().init)(KEY, x_flax)
         else:
-            variables = jax.tree_util.tree_map(lambda a: a, BlockNet().init(jax.random.key(0),
-                                                                            x_flax))
+            variables = jax.tree_util.tree_map(lambda a: a, BlockNet().init(KEY, x_flax))
         variables = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), variables)
     assert list(variables["batch_stats"]) == ["BasicBlock_0", "BasicBlock_1", "BatchNorm_0"]
     with pytest.raises(ValueError) as info:
@@ -470,7 +486,7 @@ def test_equal_names_pair_and_name_map_overrides():
     torch_net = randomise(TorchTwoHeads().double())
     x = np.random.default_rng(3).standard_normal((2, 4))
     with x64():  # straight from init: the variables in creation order, b first
-        init = TwoHeads().init(jax.random.key(0), jnp.asarray(x))
+        init = TwoHeads().init(KEY, jnp.asarray(x))
     assert list(init["params"]) == ["b", "a"]
     by_name = parity.load_torch_weights(torch_net, init)  # "a" is "a", whatever the order
     assert parity.compare(lambda x: TwoHeads().apply(by_name, x), torch_net, x, orders=1).ok

@@ -470,7 +470,10 @@ def test_replay_matches_torch(name):
         assert np.abs(w).max() > 0 or (" nearest" in name and i == 1), (name, i)
 
 
-@pytest.mark.parametrize("name", list(TORCHVISION))
+# By default the grids of the torchvision replays the default run takes (an affine map, and
+# a rotation that expands its output), every grid under -m slow.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
+                                  if f"torchvision: {n}" in SLOW else n for n in TORCHVISION])
 def test_torchvision_grid_builder(name):
     """The grid torchvision builds, rebuilt in JAX from the same matrix (the replays above
     give both sides torch's grid)."""

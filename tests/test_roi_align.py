@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from default_share import default_share
+from default_share import default_share, each_once
 
 from jaxpool import strategy_table
 from jaxpool.roi.functions import roi_align
@@ -186,16 +186,34 @@ SWEEP = [(ratio, aligned, key) for ratio in RATIOS for aligned in (False, True)
 BOUND = 8  # every case's adaptive count is below it
 
 
-@pytest.mark.parametrize("ratio,aligned,key", default_share(SWEEP, 13))
-def test_values_and_vjp_match_torchvision(ratio, aligned, key):
+def _sweep_params(every=13):
+    """(ratio, aligned, key, derivatives): every ``every``-th case by default (ratios 1, 2,
+    0 and -1, both alignments), the derivatives on every other one of them (a fixed ratio
+    and an adaptive one; the second-order test's default case takes aligned=False); each
+    case with its derivatives under -m slow."""
+    params = []
+    for i, case in enumerate(SWEEP):
+        if i % every:
+            params.append(pytest.param(*case, True, marks=pytest.mark.slow))
+        elif (i // every) % 2:
+            params.append(pytest.param(*case, True))
+        else:
+            params += [pytest.param(*case, False),
+                       pytest.param(*case, True, marks=pytest.mark.slow)]
+    return params
+
+
+@pytest.mark.parametrize("ratio,aligned,key,derivatives", _sweep_params())
+def test_values_and_vjp_match_torchvision(ratio, aligned, key, derivatives):
     x, boxes, pooled, scale, ct = _case(("sweep", key, ratio, aligned))
     want = _torch_derivatives(x, boxes, ct, pooled, scale, ratio, aligned)
     # eager (boxes read, the grid sized to them); the derivative in the boxes traces them
     # (the bound), and so does jit
     eager = roi_align(x, boxes, pooled, scale, ratio, aligned)
     np.testing.assert_array_equal(eager, want[0], err_msg="eager values: the kernel's bits")
-    got = _jax_derivatives(x, boxes, ct, pooled, scale, ratio, aligned, bound=BOUND)
-    _assert_matches(got, want, ("values", "input gradient", "box gradient"))
+    if derivatives:
+        got = _jax_derivatives(x, boxes, ct, pooled, scale, ratio, aligned, bound=BOUND)
+        _assert_matches(got, want, ("values", "input gradient", "box gradient"))
     if ratio <= 0:
         jitted = jax.jit(lambda x, b: roi_align(x, b, pooled, scale, ratio, aligned, BOUND))
         np.testing.assert_array_equal(jitted(x, boxes), want[0])
@@ -216,18 +234,26 @@ def test_second_order_matches_torch_double_backward(ratio, aligned, key):
                                 "second order: input", "second order: boxes"))
 
 
-@pytest.mark.parametrize("height,width", default_share(
-    [(h, w) for h in range(1, 6) for w in range(1, 6)], 12))
-def test_every_small_extent_matches(height, width):
+EXTENTS = [(h, w) for h in range(1, 6) for w in range(1, 6)]
+EXTENT_OPTIONS = ((2, False), (-1, True), (0, False), (1, True))
+
+
+# The default run: the square extents 1-5, each with one (ratio, aligned) in turn (every
+# one of them taken); every extent with every option under -m slow.
+@pytest.mark.parametrize("height,width,ratio,aligned", [
+    pytest.param(h, w, ratio, aligned,
+                 marks=() if i % 6 == 0 and j == (i // 6) % len(EXTENT_OPTIONS) else
+                 (pytest.mark.slow,))
+    for i, (h, w) in enumerate(EXTENTS) for j, (ratio, aligned) in enumerate(EXTENT_OPTIONS)])
+def test_every_small_extent_matches(height, width, ratio, aligned):
     """Each extent 1-5 per axis, boxes of every kind, both alignments, fixed and adaptive."""
     rng = _rng("extent", height, width)
     x = rng.standard_normal((2, 2, height, width))
     boxes = _boxes(rng, 2, height, width, 12, 1.0)
-    for ratio, aligned in ((2, False), (-1, True), (0, False), (1, True)):
-        want = torch_roi_align(torch.tensor(x), torch.tensor(boxes), 1.0, (2, 3), ratio,
-                               aligned).numpy()
-        got = roi_align(x, boxes, (2, 3), 1.0, ratio, aligned)
-        np.testing.assert_array_equal(got, want, err_msg=f"{ratio} {aligned}")
+    want = torch_roi_align(torch.tensor(x), torch.tensor(boxes), 1.0, (2, 3), ratio,
+                           aligned).numpy()
+    got = roi_align(x, boxes, (2, 3), 1.0, ratio, aligned)
+    np.testing.assert_array_equal(got, want, err_msg=f"{ratio} {aligned}")
 
 
 def test_float32_values_are_the_kernels_bits():
@@ -259,8 +285,12 @@ def test_jvp_is_the_transpose_of_the_vjp():
         np.testing.assert_allclose(tangent, expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("ratio,aligned", default_share([(-1, True), (2, False)], 2))
-def test_transforms_give_the_same_bits(ratio, aligned):
+# The default run: the adaptive grid, without the per-example gradients (vmap of the vjp;
+# the slow run adds them, and the fixed grid)
+@pytest.mark.parametrize("ratio,aligned,more", [
+    (-1, True, False), pytest.param(-1, True, True, marks=pytest.mark.slow),
+    pytest.param(2, False, True, marks=pytest.mark.slow)])
+def test_transforms_give_the_same_bits(ratio, aligned, more):
     x, boxes, pooled, scale, ct = _case(("bits", ratio), count=8)
     x, b, ct = jnp.asarray(x), jnp.asarray(boxes), jnp.asarray(ct)
 
@@ -279,11 +309,13 @@ def test_transforms_give_the_same_bits(ratio, aligned):
     np.testing.assert_array_equal(batched[1], f(x[::-1], b, None))
     grads = back(ct)
     jit_grads = jax.jit(lambda x, b, ct: jax.vjp(f, x, b)[1](ct))(x, b, ct)
-    per_example = jax.vmap(lambda x, b, ct: jax.vjp(f, x, b)[1](ct))(
-        xs[:1], bs[:1], ct[None])
-    for a, j, v in zip(grads, jit_grads, per_example):
+    for a, j in zip(grads, jit_grads):
         np.testing.assert_allclose(j, a, rtol=1e-15, atol=1e-15)
-        np.testing.assert_allclose(v[0], a, rtol=1e-14, atol=1e-15)
+    if more:
+        per_example = jax.vmap(lambda x, b, ct: jax.vjp(f, x, b)[1](ct))(
+            xs[:1], bs[:1], ct[None])
+        for a, v in zip(grads, per_example):
+            np.testing.assert_allclose(v[0], a, rtol=1e-14, atol=1e-15)
 
 
 def test_list_of_boxes_is_the_k5_array():
@@ -367,9 +399,13 @@ def test_a_traced_box_naming_no_image_is_nan():
 
 # --- NaN, inf, half precision ---------------------------------------------------------------
 
-@pytest.mark.parametrize("ratio,aligned", default_share(
-    [(2, False), (-1, True), (1, True), (0, False)], 2))
-def test_nonfinite_values_go_where_torchvision_puts_them(ratio, aligned):
+# The default run: (2, False) with its derivatives, (1, True) its values (its derivatives
+# under -m slow, with the other cases')
+@pytest.mark.parametrize("ratio,aligned,derivatives", [
+    (2, False, True), pytest.param(-1, True, True, marks=pytest.mark.slow),
+    (1, True, False), pytest.param(1, True, True, marks=pytest.mark.slow),
+    pytest.param(0, False, True, marks=pytest.mark.slow)])
+def test_nonfinite_values_go_where_torchvision_puts_them(ratio, aligned, derivatives):
     x, boxes, pooled, scale, ct = _case(("nonfinite", ratio, aligned))
     rng = _rng("nonfinite", ratio)
     x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = [np.nan, np.inf, -np.inf]
@@ -377,10 +413,12 @@ def test_nonfinite_values_go_where_torchvision_puts_them(ratio, aligned):
     ct.reshape(-1)[rng.choice(ct.size, 2, replace=False)] = [np.inf, np.nan]
     boxes[-1, 1:] = [np.nan, 0.0, 1.0, 1.0]
     boxes[-2, 1:] = [-np.inf, 0.0, np.inf, 1.0]
-    got = _jax_derivatives(x, boxes, ct, pooled, scale, ratio, aligned, bound=BOUND)
     want = _torch_derivatives(x, boxes, ct, pooled, scale, ratio, aligned)
-    np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(roi_align(x, boxes, pooled, scale, ratio, aligned), want[0])
+    if not derivatives:
+        return
+    got = _jax_derivatives(x, boxes, ct, pooled, scale, ratio, aligned, bound=BOUND)
+    np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-12, equal_nan=True)
     # the box derivative of the finite boxes (torchvision's operator gives none; at a
     # NaN or infinite box, its pure-torch fallback's NaN comes from branches the kernel
@@ -390,20 +428,22 @@ def test_nonfinite_values_go_where_torchvision_puts_them(ratio, aligned):
                                equal_nan=True)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_precision_rounds_once(dtype):
+# each dtype with one grid by default (fixed, adaptive), both under -m slow
+@pytest.mark.parametrize("dtype,grid", each_once(["float16", "bfloat16"],
+                                                 [(2, False), (-1, True)]))
+def test_half_precision_rounds_once(dtype, grid):
     """float32 arithmetic rounded once: the reference in float32 on the same (rounded)
     values, rounded to the dtype."""
+    ratio, aligned = grid
     x, boxes, pooled, scale, _ = _case(("half",))
     tx = torch.tensor(x).to(getattr(torch, dtype))
     tb = torch.tensor(boxes).to(getattr(torch, dtype))
-    for ratio, aligned in ((2, False), (-1, True)):
-        got = roi_align(jnp.asarray(tx.float().numpy(), dtype),
-                        jnp.asarray(tb.float().numpy(), dtype), pooled, scale, ratio, aligned)
-        assert got.dtype == jnp.dtype(dtype)
-        want = torch_roi_align(tx.float(), tb.float(), scale, pooled, ratio,
-                               aligned).to(tx.dtype).float().numpy()
-        np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), want)
+    got = roi_align(jnp.asarray(tx.float().numpy(), dtype),
+                    jnp.asarray(tb.float().numpy(), dtype), pooled, scale, ratio, aligned)
+    assert got.dtype == jnp.dtype(dtype)
+    want = torch_roi_align(tx.float(), tb.float(), scale, pooled, ratio,
+                           aligned).to(tx.dtype).float().numpy()
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), want)
 
 
 # --- argument errors ------------------------------------------------------------------------
@@ -446,7 +486,10 @@ def _ops(fn, *args):
                           jax.jit(fn).lower(*args).as_text()))
 
 
-def _programs(f, x, b, w):
+def _programs(f, x, b, w, every=True):
+    """The derivative programs of ``<w, tanh(f)**2>`` in each array; without ``every``,
+    those that hold the others (grad of grad holds grad), and the input's vmap of grad
+    only (the boxes' gradient adds nothing back into the maps)."""
     def loss(x, b):
         return jnp.sum(w * jnp.tanh(f(x, b)) ** 2)
 
@@ -465,11 +508,18 @@ def _programs(f, x, b, w):
             f"vmap of grad {name}": lambda x, b, i=i: jax.vmap(
                 lambda x, b: jax.grad(loss, i)(x, b), (None, 0))(x, jnp.stack([b, b])),
         })
+    if not every:
+        progs = {k: p for k, p in progs.items()
+                 if k not in ("grad input", "grad boxes", "vmap of grad boxes")}
     return progs
 
 
-@pytest.mark.parametrize("ratio", default_share([-1, 2], 2))
-def test_no_scatter_at_any_order(ratio):
+@pytest.mark.parametrize("ratio,every", [(-1, False),
+                                         pytest.param(-1, True, marks=pytest.mark.slow),
+                                         pytest.param(2, True, marks=pytest.mark.slow)])
+def test_no_scatter_at_any_order(ratio, every):
+    """The GPU's table: every derivative program free of scatters (by default those that
+    hold the others)."""
     x, boxes, pooled, scale, ct = _case(("scatter",), extent=3, count=3)
     x, b, w = jnp.asarray(x[:, :2]), jnp.asarray(boxes), jnp.asarray(ct[:, :2])
 
@@ -477,7 +527,7 @@ def test_no_scatter_at_any_order(ratio):
         return roi_align(x, b, pooled, scale, ratio, True, 3)
 
     with strategy_table.use_backend("gpu"):
-        for name, program in _programs(f, x, b, w).items():
+        for name, program in _programs(f, x, b, w, every).items():
             banned = {op for op in _ops(program, x, b) if "scatter" in op}
             assert not banned, f"{name} lowers to {banned}"
 

@@ -255,25 +255,32 @@ def test_roi_pool_matches_torchvision(key):
     np.testing.assert_array_equal(jitted, jaxpool.roi_pool(x, boxes, pooled, scale))
 
 
-@pytest.mark.parametrize("height,width", default_share(
-    [(h, w) for h in range(1, 6) for w in range(1, 6)], 24))
-def test_every_small_extent_matches(height, width):
+EXTENTS = [(h, w) for h in range(1, 6) for w in range(1, 6)]
+EXTENT_BINS = ((2, 2), (1, 2))
+
+
+# The default run: extents 1 x 1 and 5 x 5, each with one of the bins in turn; every
+# extent with both under -m slow.
+@pytest.mark.parametrize("height,width,pooled", [
+    pytest.param(h, w, pooled, marks=() if i % 24 == 0 and j == (i // 24) % 2 else
+                 (pytest.mark.slow,))
+    for i, (h, w) in enumerate(EXTENTS) for j, pooled in enumerate(EXTENT_BINS)])
+def test_every_small_extent_matches(height, width, pooled):
     """Each extent 1-5 per axis, boxes of every kind, every op."""
     rng = _rng("extent", height, width)
     x = rng.standard_normal((2, 4, height, width))
     boxes = _boxes(rng, 2, height, width, 12, 1.0)
     xt, bt = torch.tensor(x), torch.tensor(boxes)
-    for pooled in ((2, 2), (1, 2)):
-        np.testing.assert_array_equal(jaxpool.roi_pool(x, boxes, pooled),
-                                      torch_roi_pool(xt, bt, 1.0, pooled).numpy())
-        c = pooled[0] * pooled[1] * 2
-        xs, xst = x[:, :c], xt[:, :c]
-        np.testing.assert_array_equal(jaxpool.ps_roi_pool(xs, boxes, pooled),
-                                      torch_roi_pool(xst, bt, 1.0, pooled, True).numpy())
-        for ratio in (2, -1):
-            np.testing.assert_array_equal(
-                jaxpool.ps_roi_align(xs, boxes, pooled, 1.0, ratio),
-                torch_ps_roi_align(xst, bt, 1.0, pooled, ratio).numpy(), err_msg=f"{ratio}")
+    np.testing.assert_array_equal(jaxpool.roi_pool(x, boxes, pooled),
+                                  torch_roi_pool(xt, bt, 1.0, pooled).numpy())
+    c = pooled[0] * pooled[1] * 2
+    xs, xst = x[:, :c], xt[:, :c]
+    np.testing.assert_array_equal(jaxpool.ps_roi_pool(xs, boxes, pooled),
+                                  torch_roi_pool(xst, bt, 1.0, pooled, True).numpy())
+    for ratio in (2, -1):
+        np.testing.assert_array_equal(
+            jaxpool.ps_roi_align(xs, boxes, pooled, 1.0, ratio),
+            torch_ps_roi_align(xst, bt, 1.0, pooled, ratio).numpy(), err_msg=f"{ratio}")
 
 
 def test_ties_and_zeros_after_relu_go_to_the_first_pixel():
@@ -354,15 +361,29 @@ def test_ps_roi_pool_matches_torchvision(key):
 PS_ALIGN = [(ratio, key) for ratio in (1, 2, 0, -1) for key in range(3)]
 
 
-# the default run: a fixed ratio (1) and an adaptive one (0)
-@pytest.mark.parametrize("ratio,key", default_share(PS_ALIGN, 7))
-def test_ps_roi_align_matches_torchvision(ratio, key):
+def _ps_align_params(every=7):
+    """(ratio, key, second_order): the default run takes a fixed ratio (1, to the first
+    order) and an adaptive one (0, to the second); -m slow every case to the second."""
+    params = []
+    for i, case in enumerate(PS_ALIGN):
+        if i % every:
+            params.append(pytest.param(*case, True, marks=pytest.mark.slow))
+        elif case[0] > 0:
+            params += [pytest.param(*case, False),
+                       pytest.param(*case, True, marks=pytest.mark.slow)]
+        else:
+            params.append(pytest.param(*case, True))
+    return params
+
+
+@pytest.mark.parametrize("ratio,key,second_order", _ps_align_params())
+def test_ps_roi_align_matches_torchvision(ratio, key, second_order):
     x, boxes, pooled, scale, ct = _case(("ps_roi_align", ratio, key), ps=True)
     rng = _rng("ps second", ratio, key)
     second = (rng.standard_normal(x.shape), rng.standard_normal(boxes.shape))
     _compare(lambda x, b: jaxpool.ps_roi_align(x, b, pooled, scale, ratio, 8),
              lambda x, b: torch_ps_roi_align(x, b, scale, pooled, ratio), x, boxes, ct,
-             box_grad=True, second=second)
+             box_grad=True, second=second if second_order else None)
     eager = jaxpool.ps_roi_align(x, boxes, pooled, scale, ratio)
     want = torch_ps_roi_align(torch.tensor(x), torch.tensor(boxes), scale, pooled, ratio)
     np.testing.assert_array_equal(eager, want.numpy())
@@ -508,11 +529,13 @@ def test_argument_errors(name, op, args, kwargs, error, words):
 
 # --- no scatter at any order ----------------------------------------------------------------
 
-@pytest.mark.parametrize("op", default_share(["roi_pool", "ps_roi_pool", "ps_roi_align",
-                                              "multi_scale_roi_align"], 4))
-# the default run: roi_pool's kernel (ps_roi_pool's too); ps_roi_align and
-# multi_scale_roi_align are roi_align's align_bins, whose no-scatter test_roi_align runs
-def test_no_scatter_at_any_order(op):
+@pytest.mark.parametrize("op,every", [("roi_pool", False)] + [
+    pytest.param(op, True, marks=pytest.mark.slow)
+    for op in ("roi_pool", "ps_roi_pool", "ps_roi_align", "multi_scale_roi_align")])
+# the default run: roi_pool's kernel (ps_roi_pool's too), the programs that hold the others
+# (test_roi_align's _programs); ps_roi_align and multi_scale_roi_align are roi_align's
+# align_bins, whose no-scatter test_roi_align runs
+def test_no_scatter_at_any_order(op, every):
     x, boxes, pooled, scale, ct = _case(("scatter", op), extent=3, count=3, pooled=(2, 2),
                                         ps=True)
     x, b = jnp.asarray(x[:, :8]), jnp.asarray(boxes)
@@ -527,7 +550,7 @@ def test_no_scatter_at_any_order(op):
     out = f(x, b)
     w = jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)
     with strategy_table.use_backend("gpu"):
-        for name, program in _programs(f, x, b, w).items():
+        for name, program in _programs(f, x, b, w, every).items():
             banned = {o for o in _ops(program, x, b) if "scatter" in o}
             assert not banned, f"{name} lowers to {banned}"
 

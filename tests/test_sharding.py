@@ -6,8 +6,9 @@ devices, which XLA fixes when JAX starts, so it runs with XLA_FLAGS set (this pr
 is untouched). The default run compiles each op's forward and backward as one program
 (``--joint``: a collective in either direction shows in it), each case in two of the four
 (layout, sharded axis) pairs, alternating (``--spread``: every op meets both layouts and
-both axes); -m slow also runs the script's own check (every pair, forward and backward
-compiled apart, as users run it).
+both axes), without the training (``--no-train``); -m slow also runs the script's own
+check (every pair, forward and backward compiled apart, as users run it) after its
+training.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def check(request, tmp_path_factory) -> dict:
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    # A short training (part 1) in the same process as the collective check (part 2).
+    # A short training (part 1; -m slow's run) in the same process as the collective check
+    # (part 2).
     args = ["--steps", "3", "--batch-size", "16", "--out", str(out)]
     if request.param == "joint":
-        args += ["--joint", "--spread"]
+        args += ["--joint", "--spread", "--no-train"]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "sharded.py"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -114,6 +116,13 @@ def test_script_verdict_matches(check):
     assert (check["proc"].returncode == 0) == clean, check["proc"].stderr[-2000:]
 
 
+# Slow (the training runs with the script's own check): compiling the sharded and the
+# single-device training steps costs about 11 s of CPU, and the splitting is XLA's
+# partitioner's (the script says so). By default every op's batch-sharded program is
+# checked free of collectives above, and tests/test_sharding_halo.py checks sharded values
+# and gradients against the unsharded call's, along the spatial axes.
+@pytest.mark.parametrize("check", [pytest.param("per-direction", marks=pytest.mark.slow)],
+                         indirect=True)
 def test_sharded_training(check):
     # Part 1 of the same run: sharded steps agree with the same steps on one device.
     m = check["train"]

@@ -60,15 +60,17 @@ AVG_GRID_2D = [((2, 3, 9, 10), args) for args in _avg_grid_2d()]
 AVG_CASES[2] = [((3, 8, 8), dict(kernel_size=2)), ((0, 3, 8, 8), dict(kernel_size=3, padding=1)),
                 ((2, 3, 4, 4), dict(kernel_size=4)),
                 ((2, 3, 16, 16), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True))]
-# Both layouts of each case; the default run takes an eleventh of the crossed grid (every value
-# of every option, in both layouts: test_the_default_avg_share_holds_every_option_value; 6, 8
-# and 10 lose some) and all of the others; -m slow the whole grid.
-AVG_SHARE = 11
-_AVG_OTHERS = [(d, s, a, cl) for d, cases in AVG_CASES.items() for s, a in cases
-               for cl in (False, True)]
+# Both layouts of each case; the default run takes a fifty-third of the crossed grid (every
+# value of every option, in both layouts: test_the_default_avg_share_holds_every_option_value;
+# 53 keeps them all) and each of the others in one layout (the
+# layouts in turn); -m slow the whole grid and both layouts of the others.
+AVG_SHARE = 53
+_AVG_OTHERS = [(d, s, a) for d, cases in AVG_CASES.items() for s, a in cases]
 _AVG_GRID = [(2, s, a, cl) for s, a in AVG_GRID_2D for cl in (False, True)]
-AVG_PARAMS = _AVG_OTHERS + default_share(_AVG_GRID, AVG_SHARE)
-AVG_IDS = [f"{s}-{a}-{'last' if cl else 'first'}" for _, s, a, cl in _AVG_OTHERS + _AVG_GRID]
+AVG_PARAMS = each_once(_AVG_OTHERS, [False, True]) + default_share(_AVG_GRID, AVG_SHARE)
+AVG_IDS = ([f"{s}-{a}-{'last' if cl else 'first'}" for _, s, a in _AVG_OTHERS
+            for cl in (False, True)]
+           + [f"{s}-{a}-{'last' if cl else 'first'}" for _, s, a, cl in _AVG_GRID])
 
 
 def _torch_stride(args):
@@ -97,10 +99,22 @@ def _compare(jax_fn, torch_fn, x, rng, channels_last=False, ndim=2, rtol=1e-12, 
     np.testing.assert_allclose(np.asarray(got_grad), expected_grad, rtol=rtol, atol=atol)
 
 
+# 2d cases whose kind another 2d case holds (divisible, ragged, upsampling, None): only
+# under -m slow.
+ADAPTIVE_REPEATS = [((2, 3, 16, 12), (4, 3)), ((1, 2, 50, 50), 9), ((2, 3, 3, 5), (6, 10)),
+                    ((1, 2, 2, 3), (5, 4)), ((2, 3, 6, 10), (4, 3)), ((2, 3, 5, 7), (3, None)),
+                    ((1, 2, 33, 33), (5, 3))]
+
+
+def _adaptive_params():
+    params = each_once([(d, s, o) for d, cases in ADAPTIVE_CASES.items() for s, o in cases],
+                       [False, True])
+    return [pytest.param(*p.values, marks=pytest.mark.slow) if p.values[1:3] in ADAPTIVE_REPEATS
+            else p for p in params]
+
+
 # Each case in one layout by default (the layouts in turn), both under -m slow.
-@pytest.mark.parametrize("ndim,shape,output_size,channels_last",
-                         each_once([(d, s, o) for d, cases in ADAPTIVE_CASES.items()
-                                    for s, o in cases], [False, True]))
+@pytest.mark.parametrize("ndim,shape,output_size,channels_last", _adaptive_params())
 def test_adaptive_matches_torch(ndim, shape, output_size, channels_last, rng):
     x = rng.standard_normal(shape)
     if channels_last:
@@ -161,9 +175,24 @@ HALF_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("name,jax_fn,torch_fn,shape", HALF_CASES, ids=[c[0] for c in HALF_CASES])
+HALF_DTYPES = ["float16", "bfloat16", "float32"]
+_HALF_GRID = [(*case, channels_last, dtype) for case in HALF_CASES
+              for channels_last in (False, True) for dtype in HALF_DTYPES]
+# The default run takes every seventh (7 is prime to the 5 cases, 2 layouts and 3 dtypes:
+# each still appears, test_the_default_dtype_share_holds_every_case_layout_and_dtype);
+# -m slow all of them.
+HALF_SHARE = 7
+
+
+def test_the_default_dtype_share_holds_every_case_layout_and_dtype():
+    taken = default_cases(_HALF_GRID, HALF_SHARE)
+    for i in (0, 4, 5):
+        assert {c[i] for c in taken} == {c[i] for c in _HALF_GRID}
+
+
+@pytest.mark.parametrize("name,jax_fn,torch_fn,shape,channels_last,dtype",
+                         default_share(_HALF_GRID, HALF_SHARE),
+                         ids=[f"{c[0]}-{c[4]}-{c[5]}" for c in _HALF_GRID])
 def test_dtypes_match_torch(name, jax_fn, torch_fn, shape, dtype, channels_last, rng):
     """float32 and the halves: the input dtype is kept, and the value is the float64 result
     rounded once to that dtype (torch's CPU kernels accumulate halves in float32), so it
