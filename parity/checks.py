@@ -40,7 +40,8 @@ import torch
 
 from . import programs
 
-__all__ = ["Check", "Failed", "JaxSide", "TorchSide", "checks", "run_jax", "run_torch"]
+__all__ = ["Check", "Failed", "JaxSide", "Joint", "TorchSide", "checks", "joints", "run_jax",
+           "run_torch"]
 
 
 class Failed:
@@ -243,6 +244,68 @@ def checks(orders: int) -> list[Check]:
     return table
 
 
+# --------------------------------------------------------------------------- shared programs
+
+@dataclasses.dataclass(frozen=True)
+class Joint:
+    """Checks whose JAX results one program computes together: a derivative's program
+    computes the lower one on its way (the primal of a ``vjp`` or ``jvp``, or a ``grad``'s
+    auxiliary output), so the fused program traces and compiles it once. ``jax(JaxSide)``
+    returns one result per name, each as its check's own program returns it."""
+
+    names: tuple[str, ...]
+    jax: Callable[[JaxSide], tuple[list, ...]]
+
+
+def _jax_vjp_and_double_backward(s: JaxSide):
+    # u -> vjp(f, xs, u) and xs -> vjp(f, xs, u) in one pullback; its primal is the vjp.
+    vjp, pullback = jax.vjp(lambda u, xs: s.vjp(s.f, xs, u), s.data["u"], s.xs)
+    d_cot, d_input = pullback(s.data["vv"])
+    return vjp, d_cot, d_input
+
+
+def _jax_reverse_top_two(k: int):
+    """D^(k-1) phi and D^k phi: the gradient of <D^(k-1) phi, d>, which it keeps as aux."""
+
+    def prog(s: JaxSide):
+        lower = _jax_reverse(k - 1)
+        d = s.data["dirs"][k - 2]
+
+        def contracted(xs):
+            h = lower(dataclasses.replace(s, xs=xs))
+            return s.contract(h, d), h
+
+        top, below = jax.grad(contracted, has_aux=True)(s.xs)
+        return below, top
+
+    return prog
+
+
+def _jax_forward_top_two(k: int):
+    """D^(k-1) g and D^k g: the primal and tangent of one more nested JVP."""
+
+    def prog(s: JaxSide):
+        lower = _forward(k - 1)
+        return jax.jvp(lambda xs: lower(dataclasses.replace(s, xs=xs)), (s.xs,),
+                       (s.data["df"],))
+
+    return prog
+
+
+def joints(orders: int) -> list[Joint]:
+    """The shared programs among ``checks(orders)``; each check is in at most one."""
+    out = []
+    if orders >= 2:
+        out.append(Joint(("vjp", "double backward d/dcot", "double backward d/dinput"),
+                         _jax_vjp_and_double_backward))
+    if orders >= 3:
+        out += [Joint((f"d{orders - 1} reverse", f"d{orders} reverse"),
+                      _jax_reverse_top_two(orders)),
+                Joint((f"d{orders - 1} forward", f"d{orders} forward"),
+                      _jax_forward_top_two(orders))]
+    return out
+
+
 # --------------------------------------------------------------------------- running them
 
 _TRACING_ERRORS = tuple(
@@ -299,8 +362,15 @@ def run_jax(table: list[Check], make_side: Callable, args: tuple, jit: bool,
     def program(c):
         return lambda *a: c.jax(make_side(*a))
 
+    names = [c.name for c in table]
+    shared = [j for j in joints(max(c.order for c in table)) if set(j.names) <= set(names)]
+    alone = [c for c in table if not any(c.name in j.names for j in shared)]
+
     def fused_checks(*a):
-        return {c.name: program(c)(*a) for c in table}
+        out = {c.name: program(c)(*a) for c in alone}
+        for j in shared:
+            out.update(zip(j.names, j.jax(make_side(*a))))
+        return {n: list(out[n]) for n in names}
 
     store = programs.active_store()
     if jit and name is not None and store is not None:
