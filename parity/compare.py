@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -128,6 +128,7 @@ def compare(
     jit: bool = True,
     label: str = "",
     program_key: str | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> Report:
     """Check that ``jax_fn(*inputs)`` and ``torch_fn(*inputs)`` agree, derivatives included.
 
@@ -154,6 +155,9 @@ def compare(
         kept under it (with the arrays' shapes and dtypes) and torch's results (with the
         arrays' values), and loaded from there next time instead of being traced, compiled
         and computed again. None (the default) computes everything on every call.
+      compiler_options: XLA options for compiling the JAX side's programs (``jax.jit``'s
+        ``lower(...).compile(compiler_options)``); None: XLA's defaults. The suite passes
+        :data:`parity.checks.CHECK_PROGRAM_OPTIONS`.
 
     Returns:
       A ``Report`` with one row per check and leaf; ``report.ok`` is True iff every row
@@ -177,7 +181,8 @@ def compare(
     use_ref = reference == "float64" or (reference == "auto" and dtype in HALF)
 
     with x64():
-        checker = _Checker(jax_fn, torch_fn, args, orders, seed, dtype, jit, program_key)
+        checker = _Checker(jax_fn, torch_fn, args, orders, seed, dtype, jit, program_key,
+                           compiler_options)
         rows = checker.run(use_ref, rtol, atol)
         if bad_inputs:
             cases = [c if isinstance(c, Call) else Call(*(c if isinstance(c, tuple) else (c,)))
@@ -208,9 +213,10 @@ class _Checker:
     """One ``compare`` call: the shared random data, both sides, and the rows."""
 
     def __init__(self, jax_fn, torch_fn, args: _Inputs, orders, seed, dtype, jit,
-                 program_key=None):
+                 program_key=None, compiler_options=None):
         self.jax_fn, self.torch_fn, self.args = jax_fn, torch_fn, args
         self.program_key = program_key
+        self.compiler_options = dict(compiler_options or {})
         self.orders, self.seed, self.dtype, self.jit = orders, seed, np.dtype(dtype), jit
         self.fdtype = functional_dtype(dtype)
         self.t_arrays = [to_torch(a) for a in args.arrays]
@@ -359,7 +365,7 @@ class _Checker:
             name = (f"{self.program_key}|orders={self.orders}|scales={self.scales!r}|"
                     f"float_out={float_out}|fdtype={self.fdtype.name}")
         return run_jax(checks(self.orders), make_side, (dxs, others, self._data_as(to_jax)),
-                       self.jit, name)
+                       self.jit, name, self.compiler_options)
 
     def _torch_results(self, use_ref, emulated):
         """torch's side of every check, its notes and the float64 reference's side ({} when

@@ -122,15 +122,19 @@ class ProgramStore:
             lambda data: [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
                           for shape, dtype in json.loads(data)])
 
-    def jit(self, fn: Callable, name: str, *args) -> Callable:
-        """``jax.jit(fn)`` compiled for ``args``, from the store when ``name`` is in it
-        (else compiled now and stored); ``name`` gets the arguments' shapes and dtypes
-        added. The result takes arguments of exactly those shapes and dtypes."""
+    def jit(self, fn: Callable, name: str, *args,
+            compiler_options: dict | None = None) -> Callable:
+        """``jax.jit(fn)`` compiled for ``args`` (with XLA's ``compiler_options``), from
+        the store when ``name`` is in it (else compiled now and stored); ``name`` gets the
+        arguments' shapes and dtypes and the options added. The result takes arguments of
+        exactly those shapes and dtypes."""
         from jax.experimental import serialize_executable
 
+        options = dict(sorted((compiler_options or {}).items()))
         # The executable with its argument and result trees (which pickle).
         return self._entry(
-            f"{name}|jit|{_avals(args)}", ".xla", lambda: jax.jit(fn).lower(*args).compile(),
+            f"{name}|jit|{_avals(args)}|{options}", ".xla",
+            lambda: jax.jit(fn).lower(*args).compile(options or None),
             lambda compiled: pickle.dumps(serialize_executable.serialize(compiled)),
             lambda data: serialize_executable.deserialize_and_load(*pickle.loads(data)))
 

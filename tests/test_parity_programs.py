@@ -1,7 +1,10 @@
 """``parity.programs``: compiled programs and torch's results kept on disk, loaded instead of
 recomputed, never stale."""
 
+import sys
+
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -9,8 +12,13 @@ import torch
 import jaxpool
 import parity
 from parity import programs
+from parity.checks import CHECK_PROGRAM_OPTIONS
+from parity.tolerances import is_float
 from parity.suite import cases as suite
 from parity.suite import runner
+from parity.suite.ops import MAX_KINDS, unavailable
+
+from default_share import default_share
 
 pytestmark = pytest.mark.skipif(not programs.serialization_available(),
                                 reason="this jax cannot serialize compiled programs")
@@ -189,3 +197,39 @@ def test_a_failure_on_torchs_side_is_stored_as_reported(tmp_path, rng):
     assert rows[0] == rows[1]
     assert [ok for _, ok, _ in rows[1]] == [True, False, False]
     assert all("torch raised" in note for _, _, note in rows[1][1:])
+
+
+_SUITE_CASES = [c for c in suite.quick_cases()
+                if isinstance(c, suite.Case) and unavailable(c.op) is None]
+
+
+@pytest.mark.parametrize("case", default_share(_SUITE_CASES, 41), ids=lambda c: c.key)
+def test_the_suites_compile_options_keep_values_and_move_derivatives_by_ulps(case, monkeypatch):
+    # The suite compiles its checks without LLVM's optimisation (CHECK_PROGRAM_OPTIONS):
+    # against XLA's defaults, integers and max pooling's picked values are the same bits,
+    # and every other result is within a few ulps of its scale, far inside every tolerance.
+    compare_module = sys.modules["parity.compare"]
+    original, got = compare_module.run_jax, {}
+
+    def both_ways(table, make_side, args, jit, name=None, compiler_options=None):
+        got["options"] = compiler_options
+        got["suite"] = original(table, make_side, args, jit, None, compiler_options)
+        got["default"] = original(table, make_side, args, jit, None, None)
+        return got["suite"]
+
+    monkeypatch.setattr(compare_module, "run_jax", both_ways)
+    assert suite.run_case(case).ok
+    assert got["options"] == CHECK_PROGRAM_OPTIONS
+    for check, results in got["default"].items():
+        for want, have in zip(results, got["suite"][check], strict=True):
+            picked = check == "value" and suite.OPS[case.op].kind in MAX_KINDS
+            if picked or not is_float(want.dtype):
+                assert want.tobytes() == have.tobytes(), (check, want, have)
+                continue
+            eps = float(ml_dtypes.finfo(want.dtype).eps)
+            want, have = want.astype(np.float64), have.astype(np.float64)
+            finite = np.isfinite(want)
+            assert np.array_equal(want[~finite], have[~finite], equal_nan=True), check
+            scale = float(np.max(np.abs(want[finite]), initial=0.0))
+            err = float(np.max(np.abs(want - have)[finite], initial=0.0))
+            assert err <= 16 * eps * scale, (check, err, scale)
