@@ -22,6 +22,7 @@ import pytest
 
 import jaxpool
 import jaxpool.shapes
+from default_share import default_share
 from fresh_process import ScriptRunner
 
 pytest.importorskip("flax")
@@ -145,11 +146,16 @@ def code_blocks(text: str) -> list[tuple[int, str, str]]:
     return blocks
 
 
-def _page_blocks(language: str):
+def _page_blocks(language: str, every: int = 1) -> tuple[list, list[str]]:
+    """The blocks in ``language`` of every page, and their ids: of each page's blocks, the
+    default run takes every ``every``-th (see default_share), the others run under -m slow."""
+    blocks, ids = [], []
     for page in sorted(DOCS.glob("*.rst")):
-        for line, lang, code in code_blocks(page.read_text()):
-            if lang == language:
-                yield pytest.param(code, id=f"docs/{page.name}:{line}")
+        found = [(line, code) for line, lang, code in code_blocks(page.read_text())
+                 if lang == language]
+        blocks += default_share([code for _, code in found], every)
+        ids += [f"docs/{page.name}:{line}" for line, _ in found]
+    return blocks, ids
 
 
 def test_code_blocks_are_found_as_written():
@@ -172,7 +178,10 @@ def test_every_code_block_is_of_a_checked_kind():
     assert not odd, f"code blocks that the tests would not run: {odd}"
 
 
-PYTHON_BLOCKS = list(_page_blocks("python"))
+# A python block runs in a process of its own and compiles anew what it calls (3-20 s of
+# CPU each): by default every page runs every second of its blocks, its first among them,
+# so that every page's blocks are run; every block under -m slow.
+PYTHON_BLOCKS, PYTHON_IDS = _page_blocks("python", every=2)
 
 
 def test_the_guide_has_python_blocks():
@@ -189,7 +198,7 @@ def run_block():
     runner.close()
 
 
-@pytest.mark.parametrize("code", PYTHON_BLOCKS)
+@pytest.mark.parametrize("code", PYTHON_BLOCKS, ids=PYTHON_IDS)
 def test_python_block_runs_on_its_own(code, tmp_path, run_block):
     if "jaxpool.torchax" in code and importlib.util.find_spec("torchax") is None:
         pytest.skip("torchax is not installed")
@@ -207,7 +216,10 @@ def _module_exists(name: str) -> bool:
             or importlib.util.find_spec(name.split(".")[0]) is not None)
 
 
-@pytest.mark.parametrize("code", list(_page_blocks("bash")))
+SHELL_BLOCKS, SHELL_IDS = _page_blocks("bash")
+
+
+@pytest.mark.parametrize("code", SHELL_BLOCKS, ids=SHELL_IDS)
 def test_shell_blocks_name_real_scripts_and_modules(code):
     scripts = re.findall(r"python (?:-\S+ )*(\S+\.py)", code)
     modules = re.findall(r"python -m (\S+)", code)

@@ -753,10 +753,21 @@ class _EqxOnly(eqx.Module):
         return self.layer(x)
 
 
+# Named here rather than read from _layers(): building the layers draws Equinox's initial
+# weights, whose programs compile for seconds, in every process that collects this file.
+LAYERS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+          "ConvTranspose3d", "LayerNorm", "GroupNorm", "RMSNorm", "Embedding",
+          "MultiheadAttention", "MultiheadAttention kdim")
+
+
+def test_every_layer_type_is_named():
+    assert tuple(_layers()) == LAYERS
+
+
 # The plain 3d convolutions under -m slow: their rules are the 1d and 2d ones' (grouped,
 # strided, output-padded and non-square kernels there).
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.endswith("3d")
-                                  else n for n in _layers()])
+                                  else n for n in LAYERS])
 def test_each_layer_type_loads_and_computes_as_torch(name):
     t_layer, e_layer, shape = _layers()[name]
     rng = np.random.default_rng(0)
