@@ -31,6 +31,7 @@ input leaf (``like="input"``); that is how its rows are labelled.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import jax
@@ -40,8 +41,8 @@ import torch
 
 from . import programs
 
-__all__ = ["CHECK_PROGRAM_OPTIONS", "Check", "Failed", "JaxSide", "Joint", "TorchSide", "checks",
-           "joints", "run_jax", "run_torch"]
+__all__ = ["CHECK_PROGRAM_OPTIONS", "Check", "Failed", "JaxSide", "Joint", "TorchSide",
+           "check_program_options", "checks", "joints", "run_jax", "run_torch"]
 
 
 class Failed:
@@ -308,15 +309,34 @@ def joints(orders: int) -> list[Joint]:
 
 # --------------------------------------------------------------------------- running them
 
-CHECK_PROGRAM_OPTIONS = {"xla_backend_optimization_level": 0}
-"""XLA options for programs that run once, on small arrays: the suite's checks. LLVM's
-optimisation of the compiled code is about 40% of their compile time and buys nothing for
-one call on a few hundred elements. XLA's own passes are the same (the program jaxpool
-emits, fused the same way). Against XLA's defaults, over every case of the suite, integers
-and max pooling's picks are the same bits and every other result is within 16 ulps of its
-scale (arithmetic whose machine code LLVM rearranges; the worst measured, about 5 in
-float64 and 11 in float32), where the tolerances allow about 4500 ulps of scale in float64
-and 170 in float32: ``tests/test_parity_programs.py`` checks it."""
+CHECK_PROGRAM_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+"""XLA options for programs that run once, on small arrays: the suite's checks. They cost
+their compile time alone, and most of it went to making fast machine code: LLVM's
+optimisation of it (about 40%), then, of what was left, XLA:CPU's MLIR fusion emitters
+(about 45%; its older elemental emitter compiles the same fusions in half the time). XLA's
+own passes are the same (the program jaxpool emits, fused the same way). Against XLA's
+defaults, over every case of the suite, integers and max pooling's picks are the same bits
+and every other result is within 16 ulps of its scale (arithmetic whose machine code is
+laid out differently), where the tolerances allow about 4500 ulps of scale in float64 and
+170 in float32: ``tests/test_parity_programs.py`` checks it. An option that the installed
+jaxlib does not know is left out (``check_program_options``)."""
+
+
+def check_program_options() -> dict:
+    """``CHECK_PROGRAM_OPTIONS`` less those that the installed jaxlib does not know (an
+    older one lacks ``xla_cpu_use_fusion_emitters``)."""
+    return {name: value for name, value in CHECK_PROGRAM_OPTIONS.items()
+            if _known_option(name, value)}
+
+
+@functools.lru_cache(maxsize=None)
+def _known_option(name: str, value) -> bool:
+    # XLA rejects an option it does not know when compiling, whatever the program.
+    try:
+        jax.jit(lambda x: x + 1).lower(np.float32(0)).compile({name: value})
+    except Exception:  # noqa: BLE001 - jaxlib raises its own error type
+        return False
+    return True
 
 
 _TRACING_ERRORS = tuple(

@@ -157,7 +157,7 @@ def compare(
         and computed again. None (the default) computes everything on every call.
       compiler_options: XLA options for compiling the JAX side's programs (``jax.jit``'s
         ``lower(...).compile(compiler_options)``); None: XLA's defaults. The suite passes
-        :data:`parity.checks.CHECK_PROGRAM_OPTIONS`.
+        :func:`parity.checks.check_program_options`.
 
     Returns:
       A ``Report`` with one row per check and leaf; ``report.ok`` is True iff every row

@@ -12,7 +12,7 @@ import torch
 import jaxpool
 import parity
 from parity import programs
-from parity.checks import CHECK_PROGRAM_OPTIONS
+from parity.checks import check_program_options
 from parity.tolerances import is_float
 from parity.suite import cases as suite
 from parity.suite import runner
@@ -205,7 +205,7 @@ _SUITE_CASES = [c for c in suite.quick_cases()
 
 @pytest.mark.parametrize("case", default_share(_SUITE_CASES, 41), ids=lambda c: c.key)
 def test_the_suites_compile_options_keep_values_and_move_derivatives_by_ulps(case, monkeypatch):
-    # The suite compiles its checks without LLVM's optimisation (CHECK_PROGRAM_OPTIONS):
+    # The suite compiles its checks for compile time, not speed (CHECK_PROGRAM_OPTIONS):
     # against XLA's defaults, integers and max pooling's picked values are the same bits,
     # and every other result is within a few ulps of its scale, far inside every tolerance.
     compare_module = sys.modules["parity.compare"]
@@ -219,7 +219,7 @@ def test_the_suites_compile_options_keep_values_and_move_derivatives_by_ulps(cas
 
     monkeypatch.setattr(compare_module, "run_jax", both_ways)
     assert suite.run_case(case).ok
-    assert got["options"] == CHECK_PROGRAM_OPTIONS
+    assert got["options"] == check_program_options()
     for check, results in got["default"].items():
         for want, have in zip(results, got["suite"][check], strict=True):
             picked = check == "value" and suite.OPS[case.op].kind in MAX_KINDS
@@ -231,5 +231,15 @@ def test_the_suites_compile_options_keep_values_and_move_derivatives_by_ulps(cas
             finite = np.isfinite(want)
             assert np.array_equal(want[~finite], have[~finite], equal_nan=True), check
             scale = float(np.max(np.abs(want[finite]), initial=0.0))
-            err = float(np.max(np.abs(want - have)[finite], initial=0.0))
+            err = float(np.max(np.abs(want[finite] - have[finite]), initial=0.0))
             assert err <= 16 * eps * scale, (check, err, scale)
+
+
+def test_an_option_this_jaxlib_does_not_know_is_left_out(monkeypatch):
+    import parity.checks as checks_module
+
+    known = checks_module.check_program_options()
+    assert known.items() <= checks_module.CHECK_PROGRAM_OPTIONS.items()
+    monkeypatch.setattr(checks_module, "CHECK_PROGRAM_OPTIONS",
+                        {**checks_module.CHECK_PROGRAM_OPTIONS, "xla_no_such_option": True})
+    assert checks_module.check_program_options() == known

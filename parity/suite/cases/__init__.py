@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 import ml_dtypes
 import numpy as np
 
-from ...checks import CHECK_PROGRAM_OPTIONS
+from ...checks import check_program_options
 from ...compare import Call, compare, compare_errors
 from ...results import Report
 from ..ops import MAX_KINDS, OPS, jax_counterpart, torch_counterpart, torch_error_fn, unavailable
@@ -262,7 +262,7 @@ def run_case(case: Case | ErrorCase) -> CaseResult:
         jax_fn, torch_fn = case.functions()
         report = compare(jax_fn, torch_fn, *case.inputs(), orders=case.orders, seed=case.seed,
                          label=case.key, program_key=repr(case),
-                         compiler_options=CHECK_PROGRAM_OPTIONS)
+                         compiler_options=check_program_options())
     report.label = case.key
     return CaseResult(case, report, time.perf_counter() - t0, time.process_time() - cpu0)
 
