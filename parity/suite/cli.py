@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the default run: each op's argument sets once each, in every "
                            "dtype and both layouts taken in turn, derivatives to order 3 in "
                            "float64 and float32 and to order 2 in float16 and bfloat16 "
-                           "(about 90 s of CPU from nothing stored, shared by one process "
+                           "(about 110 s of CPU from nothing stored, shared by one process "
                            "per CPU)")
     which.add_argument("--full", action="store_true",
                       help="every argument set in every dtype, the main ones in both "
