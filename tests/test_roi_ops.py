@@ -283,6 +283,47 @@ def test_every_small_extent_matches(height, width, pooled):
             torch_ps_roi_align(xst, bt, 1.0, pooled, ratio).numpy(), err_msg=f"{ratio}")
 
 
+@pytest.mark.parametrize("position_sensitive", [False, True], ids=["roi_pool", "ps_roi_pool"])
+@pytest.mark.parametrize("key", default_share(list(range(6)), 6))
+def test_both_reads_of_the_bins_give_the_same_bits(position_sensitive, key):
+    """Each pixel its own gather (a small bound) or one gather and a loop (a large one):
+    the same values, winners and derivatives of the first and second order, bit for bit,
+    on ties, zeros and NaN."""
+    import dataclasses
+
+    from jaxpool.roi import kernel
+    from jaxpool.roi.plan import plan_roi_pool
+
+    x, boxes, pooled, scale, ct = _case(("both reads", key), ps=position_sensitive)
+    x = np.maximum(np.round(x * 2), 0.0) * np.where(_rng("sign", key).random(x.shape) < 0.2,
+                                                    -1.0, 1.0)  # ties, +-0
+    x[0, 0, 0, 0] = np.nan
+    op = "ps_roi_pool" if position_sensitive else "roi_pool"
+    plan = plan_roi_pool(x.shape, "float64", boxes.shape, "float64", pooled, scale, None,
+                         False, None, op=op, position_sensitive=position_sensitive)
+    assert plan.reads_apart
+    x, boxes, ct = jnp.asarray(x), jnp.asarray(boxes), jnp.asarray(ct)
+    tangent = jnp.asarray(_rng("tangent", key).standard_normal(x.shape))
+    results = []
+    for apart in (True, False):
+        each = dataclasses.replace(plan, reads_apart=apart)
+
+        def f(x, each=each):
+            return kernel.roi_pool(each, x, boxes)
+
+        def grad(x, f=f):
+            return jax.vjp(f, x)[1](ct)[0]
+
+        got = [f(x), grad(x), jax.jvp(f, (x,), (tangent,))[1],
+               jax.grad(lambda x, grad=grad: jnp.sum(jnp.nan_to_num(grad(x)) ** 2))(x),
+               jax.jit(f)(x)]
+        if not position_sensitive:
+            got.append(kernel.roi_pool_argmax(each, x, boxes))
+        results.append([np.asarray(g) for g in got])
+    for apart, loop in zip(*results):
+        assert apart.tobytes() == loop.tobytes()
+
+
 def test_ties_and_zeros_after_relu_go_to_the_first_pixel():
     """Many equal values (a ReLU's zeros, small integers): the first in row-major order
     wins, and takes the whole gradient."""

@@ -15,12 +15,13 @@ The kernel's sums are kept in its order (per bin, the samples row by row, each s
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxpool import strategy_table
-from jaxpool.core.gather import read, sort_order
+from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import rounded
 from jaxpool.roi.plan import (COORDINATE_LIMIT, LEVEL_EPS, MultiScalePlan, RoiAlignPlan,
                               RoiPoolPlan)
@@ -279,6 +280,99 @@ def roi_pool_argmax(plan: RoiPoolPlan, x: jax.Array, rois: jax.Array) -> jax.Arr
     return _roi_pool(plan, _adding(), x, rois, True)
 
 
+def _fold(step, carry, columns, per_pixel):
+    """``carry = step(carry, column, per_pixel[p])`` over the bins' pixels ``p`` in the
+    kernel's order (``per_pixel``: arrays with the pixels on axis 0): unrolled over a list
+    of columns (each its own gather), a scan over an array of them."""
+    if isinstance(columns, list):
+        for p, column in enumerate(columns):
+            carry = step(carry, column, jax.tree.map(lambda a, p=p: a[p], per_pixel))
+        return carry
+    carry, _ = jax.lax.scan(lambda c, xs: (step(c, *xs), None), carry, (columns, per_pixel))
+    return carry
+
+
+def _first_greatest(columns, inside, pixel):
+    """The max of each bin as the kernel takes it: the first pixel greater than all before
+    it, from ``-FLT_MAX`` (NaN never is). ``(value, its pixel)``; none: ``(-FLT_MAX,
+    -1)``."""
+    def keep_greater(best, column, at):
+        value, where = best
+        inside_p, pixel_p = at
+        greater = inside_p & (column > value)
+        return jnp.where(greater, column, value), jnp.where(greater, pixel_p, where)
+
+    shape, dtype = columns[0].shape, columns[0].dtype
+    start = (jnp.full(shape, -FLT_MAX, dtype), jnp.full(shape, -1, pixel.dtype))
+    return _fold(keep_greater, start, columns, (inside, pixel[..., None]))
+
+
+class _BinPixels(NamedTuple):
+    """How :func:`_pool_bins` reads and reduces: the sum (``position_sensitive``) or the
+    max, each pixel its own gather (``apart``) or one gather and a loop, and how the
+    derivatives add rows back."""
+    sums: bool
+    apart: bool
+    adding: str
+
+
+def _columns(how: _BinPixels, values, pixel_order, inside):
+    """The bins' pixels read in ``pixel_order`` (pixel-major): a list of ``[K, PH, PW, C]``
+    columns, one gather each (``how.apart``), else one array ``[P, K, PH, PW, C]``."""
+    shape = inside.shape[1:4] + values.shape[1:]
+    if how.apart:
+        return [t.reshape(shape) for t in read_pieces(values, pixel_order, inside.shape[0],
+                                                       adding=how.adding)]
+    return read(values, pixel_order, adding=how.adding).reshape(inside.shape[:1] + shape)
+
+
+def _sum_pixels(columns, inside):
+    """Each bin's pixels added one after another, row by row, as the kernel adds them."""
+    def add_pixel(total, column, inside_p):
+        return jnp.where(inside_p, total + column, total)
+
+    return _fold(add_pixel, jnp.zeros(columns[0].shape, columns[0].dtype), columns, inside)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _pool_bins(how: _BinPixels, values, pixel_order, bin_order, inside, pixel):
+    """Each bin's sum or max (``[K, PH, PW, C]``) of the rows ``values`` that
+    ``pixel_order`` reads (pixel-major; ``inside`` ``[P, K, PH, PW, 1]``, ``pixel``
+    ``[P, K, PH, PW]``), each pixel folded in as it is read. Its derivatives are those of
+    :func:`_pool_bins_by_bin` (``bin_order``: the same reads, bin-major), the same
+    values: there a chain of selects through the pixels would reach every pixel's
+    derivative (a program XLA:CPU fuses into one loop per pixel), and the rows add back
+    bin by bin, as torch's backward adds them."""
+    columns = _columns(how, values, pixel_order, inside)
+    if how.sums:
+        return _sum_pixels(columns, inside)
+    return _first_greatest(columns, inside, pixel)[0]
+
+
+@_pool_bins.defjvp
+def _pool_bins_jvp(how, primals, tangents):
+    # The same values (their bits), from the program whose derivatives are the old ones.
+    values, _, bin_order, inside, _ = primals
+    return jax.jvp(lambda v: _pool_bins_by_bin(how, v, bin_order, inside), (values,),
+                   (tangents[0],))
+
+
+def _pool_bins_by_bin(how: _BinPixels, values, bin_order, inside):
+    """:func:`_pool_bins` from one gather of every bin's pixels, bin-major: the program
+    its derivatives take (each pixel's derivative a select, added back bin by bin)."""
+    taps = inside.shape[0]
+    columns = read(values, bin_order, adding=how.adding)
+    columns = columns.reshape(inside.shape[1:4] + (taps,) + values.shape[1:])
+    if how.sums:
+        return _sum_pixels(jnp.moveaxis(columns, 3, 0), inside)
+    inside = jnp.moveaxis(inside, 0, 3)  # [K, PH, PW, P, 1]
+    floor = jnp.asarray(-FLT_MAX, columns.dtype)
+    candidate = inside & (columns > floor)
+    best = jnp.max(jnp.where(candidate, columns, floor), axis=3, keepdims=True)
+    winner = jnp.argmax(candidate & (columns == best), axis=3)
+    return jnp.where(jnp.any(candidate, axis=3), _pick(columns, winner), floor)
+
+
 @jax.custom_jvp
 def _pick(taps, winner):
     """``taps[..., winner, :]`` along axis -2 (``winner``: ``[..., C]``): the value, its
@@ -332,41 +426,30 @@ def _roi_pool(plan: RoiPoolPlan, adding: str, x: jax.Array, rois: jax.Array,
     inside = in_rows[:, :, None, :, None] & in_cols[:, None, :, None, :]
     pixel = jnp.where(in_rows, rows, 0)[:, :, None, :, None] * plan.width + \
         jnp.where(in_cols, cols, 0)[:, None, :, None, :]
-    base = _bin_base(plan, image)[..., None, None]
-    flat = jnp.where(inside, base + pixel, base).reshape(-1)
+    # Pixel-major: the bins' p-th pixels are one run of rows, so that each pixel of every
+    # bin can be read on its own and folded into the running max or sum.
+    taps = bh * bw
+    base = _bin_base(plan, image)[None]
+    inside = jnp.moveaxis(inside.reshape(k, ph, pw, taps), 3, 0)[..., None]
+    pixel = jnp.moveaxis(jnp.broadcast_to(pixel, inside.shape[1:4] + (bh, bw))
+                         .reshape(k, ph, pw, taps), 3, 0)
+    flat = jnp.where(inside[..., 0], base + pixel, base)
     values = _layout(plan, x)
-    c = values.shape[1]
-    taps = read(values, sort_order(flat, values.shape[0]), adding=adding)
-    taps = taps.reshape(k, ph, pw, bh * bw, c)
-    inside = inside.reshape(k, ph, pw, bh * bw, 1)
+    # The derivatives read the bins' pixels bin by bin, in the kernel's order, so that
+    # they add back in the order torch's backward does.
+    orders = (sort_order(flat.reshape(-1), values.shape[0]),
+              sort_order(jnp.moveaxis(flat, 0, 3).reshape(-1), values.shape[0]))
     empty = ((h_end <= h_start)[:, :, None] | (w_end <= w_start)[:, None, :])[..., None]
-
+    how = _BinPixels(plan.position_sensitive, plan.reads_apart, adding)
+    if argmax:
+        columns = _columns(how, jax.lax.stop_gradient(values), orders[0], inside)
+        index = _first_greatest(columns, inside, pixel)[1].astype(jnp.int32)
+        return index if plan.channels_last else jnp.moveaxis(index, -1, 1)
+    pooled = _pool_bins(how, values, *orders, inside, pixel)
     if plan.position_sensitive:
-        # the mean: the bin's pixels summed one after another, row by row
-        def add_pixel(total, pixel):
-            taps_p, inside_p = pixel
-            return jnp.where(inside_p, total + taps_p, total), None
-
-        total, _ = jax.lax.scan(add_pixel, jnp.zeros((k, ph, pw, c), compute),
-                                (jnp.moveaxis(taps, 3, 0), jnp.moveaxis(inside, 3, 0)))
         area = ((h_end - h_start)[:, :, None] * (w_end - w_start)[:, None, :])[..., None]
-        out = jnp.where(empty, jnp.zeros((), compute),
-                        _divide(total, jnp.maximum(area, 1).astype(compute)))
-    else:
-        # the max: the first pixel greater than all before it, from -FLT_MAX (NaN never
-        # is); none (an empty bin, or only NaN and values <= -FLT_MAX): the start value
-        floor = jnp.asarray(-FLT_MAX, compute)
-        candidate = inside & (taps > floor)
-        best = jnp.max(jnp.where(candidate, taps, floor), axis=3, keepdims=True)
-        winner = jnp.argmax(candidate & (taps == best), axis=3)
-        found = jnp.any(candidate, axis=3)
-        start = jnp.where(empty, jnp.zeros((), compute), floor)
-        out = jnp.where(found, _pick(taps, winner), start)
-        if argmax:
-            where = jnp.broadcast_to(pixel.reshape(k, ph, pw, bh * bw, 1), taps.shape)
-            index = jnp.take_along_axis(where, winner[..., None, :], axis=3)[..., 0, :]
-            index = jnp.where(found, index, -1).astype(jnp.int32)
-            return index if plan.channels_last else jnp.moveaxis(index, -1, 1)
+        pooled = _divide(pooled, jnp.maximum(area, 1).astype(compute))
+    out = jnp.where(empty, jnp.zeros((), compute), pooled)
     # a box past the static bound, naming no image (traced boxes), or with coordinates
     # the kernel's ints cannot hold: NaN in all its outputs
     flagged = (over | ~known_image | ~usable)[:, None, None, None]

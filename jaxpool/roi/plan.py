@@ -246,6 +246,14 @@ compute with: every sum of two stays an int32 (torchvision's ``int`` arithmetic)
 past it, or not finite, is NaN (traced) or a ValueError (concrete)."""
 
 
+PIXELS_READ_APART = 64
+"""The largest bin bound (rows times columns) whose pixels ``roi_pool`` and ``ps_roi_pool``
+read one gather each: each gather fuses into its step of the max or the sum, where one
+gather of every pixel writes them all out first and is read again (BENCHMARKS.md, "The
+RoI ops' cells (2026-12-07)", cell ``roi-pool``). The forward program grows with the
+pixels, so a larger bound takes the one gather and a loop."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RoiPoolPlan(_PooledOutput):
     """One ``roi_pool`` (``position_sensitive``: ``ps_roi_pool``) call: ``rois`` boxes
@@ -263,6 +271,10 @@ class RoiPoolPlan(_PooledOutput):
     position_sensitive: bool
     channels_last: bool
     dtype: str
+    # each pixel of every bin read by a gather of its own, fused into the running max or
+    # sum (else one gather of every bin's pixels, then a loop over them); see
+    # PIXELS_READ_APART
+    reads_apart: bool = True
 
     @property
     def limits(self) -> tuple:
@@ -348,7 +360,8 @@ def plan_roi_pool(input_shape: Sequence[int], input_dtype: str, boxes_shape: Seq
                          f"{pooled[0]}x{pooled[1]} bins of up to {bins[0]}x{bins[1]} pixels "
                          f"has more positions than int32 indexes")
     return RoiPoolPlan(batch, channels, height, width, rois, pooled, spatial_scale, bins,
-                       position_sensitive, channels_last, input_dtype)
+                       position_sensitive, channels_last, input_dtype,
+                       reads_apart=bins[0] * bins[1] <= PIXELS_READ_APART)
 
 
 # --- multi-scale roi_align (torchvision's MultiScaleRoIAlign) -------------------------------
