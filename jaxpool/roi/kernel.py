@@ -15,7 +15,6 @@ The kernel's sums are kept in its order (per bin, the samples row by row, each s
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -307,23 +306,14 @@ def _first_greatest(columns, inside, pixel):
     return _fold(keep_greater, start, columns, (inside, pixel[..., None]))
 
 
-class _BinPixels(NamedTuple):
-    """How :func:`_pool_bins` reads and reduces: the sum (``position_sensitive``) or the
-    max, each pixel its own gather (``apart``) or one gather and a loop, and how the
-    derivatives add rows back."""
-    sums: bool
-    apart: bool
-    adding: str
-
-
-def _columns(how: _BinPixels, values, pixel_order, inside):
+def _columns(plan: RoiPoolPlan, adding: str, values, pixel_order, inside):
     """The bins' pixels read in ``pixel_order`` (pixel-major): a list of ``[K, PH, PW, C]``
-    columns, one gather each (``how.apart``), else one array ``[P, K, PH, PW, C]``."""
+    columns, one gather each (``plan.reads_apart``), else one array ``[P, K, PH, PW, C]``."""
     shape = inside.shape[1:4] + values.shape[1:]
-    if how.apart:
+    if plan.reads_apart:
         return [t.reshape(shape) for t in read_pieces(values, pixel_order, inside.shape[0],
-                                                       adding=how.adding)]
-    return read(values, pixel_order, adding=how.adding).reshape(inside.shape[:1] + shape)
+                                                       adding=adding)]
+    return read(values, pixel_order, adding=adding).reshape(inside.shape[:1] + shape)
 
 
 def _sum_pixels(columns, inside):
@@ -334,8 +324,8 @@ def _sum_pixels(columns, inside):
     return _fold(add_pixel, jnp.zeros(columns[0].shape, columns[0].dtype), columns, inside)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _pool_bins(how: _BinPixels, values, pixel_order, bin_order, inside, pixel):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _pool_bins(plan: RoiPoolPlan, adding: str, values, pixel_order, bin_order, inside, pixel):
     """Each bin's sum or max (``[K, PH, PW, C]``) of the rows ``values`` that
     ``pixel_order`` reads (pixel-major; ``inside`` ``[P, K, PH, PW, 1]``, ``pixel``
     ``[P, K, PH, PW]``), each pixel folded in as it is read. Its derivatives are those of
@@ -343,27 +333,27 @@ def _pool_bins(how: _BinPixels, values, pixel_order, bin_order, inside, pixel):
     values: there a chain of selects through the pixels would reach every pixel's
     derivative (a program XLA:CPU fuses into one loop per pixel), and the rows add back
     bin by bin, as torch's backward adds them."""
-    columns = _columns(how, values, pixel_order, inside)
-    if how.sums:
+    columns = _columns(plan, adding, values, pixel_order, inside)
+    if plan.position_sensitive:
         return _sum_pixels(columns, inside)
     return _first_greatest(columns, inside, pixel)[0]
 
 
 @_pool_bins.defjvp
-def _pool_bins_jvp(how, primals, tangents):
+def _pool_bins_jvp(plan, adding, primals, tangents):
     # The same values (their bits), from the program whose derivatives are the old ones.
     values, _, bin_order, inside, _ = primals
-    return jax.jvp(lambda v: _pool_bins_by_bin(how, v, bin_order, inside), (values,),
+    return jax.jvp(lambda v: _pool_bins_by_bin(plan, adding, v, bin_order, inside), (values,),
                    (tangents[0],))
 
 
-def _pool_bins_by_bin(how: _BinPixels, values, bin_order, inside):
+def _pool_bins_by_bin(plan: RoiPoolPlan, adding: str, values, bin_order, inside):
     """:func:`_pool_bins` from one gather of every bin's pixels, bin-major: the program
     its derivatives take (each pixel's derivative a select, added back bin by bin)."""
     taps = inside.shape[0]
-    columns = read(values, bin_order, adding=how.adding)
+    columns = read(values, bin_order, adding=adding)
     columns = columns.reshape(inside.shape[1:4] + (taps,) + values.shape[1:])
-    if how.sums:
+    if plan.position_sensitive:
         return _sum_pixels(jnp.moveaxis(columns, 3, 0), inside)
     inside = jnp.moveaxis(inside, 0, 3)  # [K, PH, PW, P, 1]
     floor = jnp.asarray(-FLT_MAX, columns.dtype)
@@ -440,12 +430,11 @@ def _roi_pool(plan: RoiPoolPlan, adding: str, x: jax.Array, rois: jax.Array,
     orders = (sort_order(flat.reshape(-1), values.shape[0]),
               sort_order(jnp.moveaxis(flat, 0, 3).reshape(-1), values.shape[0]))
     empty = ((h_end <= h_start)[:, :, None] | (w_end <= w_start)[:, None, :])[..., None]
-    how = _BinPixels(plan.position_sensitive, plan.reads_apart, adding)
     if argmax:
-        columns = _columns(how, jax.lax.stop_gradient(values), orders[0], inside)
+        columns = _columns(plan, adding, jax.lax.stop_gradient(values), orders[0], inside)
         index = _first_greatest(columns, inside, pixel)[1].astype(jnp.int32)
         return index if plan.channels_last else jnp.moveaxis(index, -1, 1)
-    pooled = _pool_bins(how, values, *orders, inside, pixel)
+    pooled = _pool_bins(plan, adding, values, *orders, inside, pixel)
     if plan.position_sensitive:
         area = ((h_end - h_start)[:, :, None] * (w_end - w_start)[:, None, :])[..., None]
         pooled = _divide(pooled, jnp.maximum(area, 1).astype(compute))
