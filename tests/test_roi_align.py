@@ -428,6 +428,40 @@ def test_nonfinite_values_go_where_torchvision_puts_them(ratio, aligned, derivat
                                equal_nan=True)
 
 
+@pytest.mark.parametrize("ratio", default_share([2, -1], 1))
+def test_forward_mode_in_the_maps_alone_keeps_torchs_nonfinite_places(ratio):
+    """Constant boxes, a map with NaN and inf: the tangent in the maps alone (no ``0 *
+    inf`` from the boxes' weights) and a Hessian-vector product of ``sum(y ** 2)``
+    (forward over reverse) are torch's, NaN where torch's are and nowhere else."""
+    x, boxes, pooled, scale, _ = _case(("forward nonfinite", ratio))
+    rng = _rng("forward nonfinite", ratio)
+    x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = [np.nan, np.inf, -np.inf]
+    tangent = rng.standard_normal(x.shape)
+    xt, bt, tt = torch.tensor(x, requires_grad=True), torch.tensor(boxes), torch.tensor(tangent)
+
+    def torch_f(x):
+        return torch_roi_align(x, bt, scale, pooled, ratio, aligned=False)
+
+    y = torch_f(xt)
+    # J t as the transpose of the transpose (torch's double backward), and H t
+    ct = torch.zeros_like(y, requires_grad=True)
+    (vjp,) = torch.autograd.grad(y, xt, ct, create_graph=True)
+    (want_jvp,) = torch.autograd.grad(vjp, ct, tt)
+    (g,) = torch.autograd.grad((y ** 2).sum(), xt, create_graph=True)
+    (want_hvp,) = torch.autograd.grad(g, xt, tt)
+
+    def f(x):
+        return roi_align(x, jnp.asarray(boxes), pooled, scale, ratio, False, BOUND)
+
+    got_jvp = jax.jvp(f, (jnp.asarray(x),), (jnp.asarray(tangent),))[1]
+    got_hvp = jax.jvp(jax.grad(lambda x: jnp.sum(f(x) ** 2)), (jnp.asarray(x),),
+                      (jnp.asarray(tangent),))[1]
+    for got, want in ((got_jvp, want_jvp), (got_hvp, want_hvp)):
+        want = want.detach().numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, equal_nan=True)
+
+
 # each dtype with one grid by default (fixed, adaptive), both under -m slow
 @pytest.mark.parametrize("dtype,grid", each_once(["float16", "bfloat16"],
                                                  [(2, False), (-1, True)]))

@@ -447,6 +447,34 @@ def test_ps_ops_nonfinite_and_empty_boxes():
                                                  pooled, True).numpy())
 
 
+def test_a_sum_of_negative_zeros_is_plus_zero():
+    """A bin whose samples or pixels are all -0.0 is +0.0, as the kernels' sums start from
+    +0.0 (``0.0 + -0.0``): with one sample per bin as with many, plain and jitted."""
+    rng = _rng("negative zeros")
+    x = -np.zeros((2, 8, 5, 5))
+    some = rng.random(x.shape) < 0.15
+    x[some] = rng.standard_normal(int(some.sum()))
+    boxes = _boxes(rng, 2, 5, 5, 12, 1.0)
+    xt, bt = torch.tensor(x), torch.tensor(boxes)
+    cases = {f"roi_align {r}": (lambda x, b, r=r: jaxpool.roi_align(x, b, 2, 1.0, r, False, 8),
+                                torch_roi_align(xt, bt, 1.0, (2, 2), r, False))
+             for r in (1, 2, -1)}
+    cases.update({f"ps_roi_align {r}": (
+        lambda x, b, r=r: jaxpool.ps_roi_align(x, b, 2, 1.0, r, 8),
+        torch_ps_roi_align(xt, bt, 1.0, (2, 2), r)) for r in (1, -1)})
+    cases["ps_roi_pool"] = (lambda x, b: jaxpool.ps_roi_pool(x, b, 2, 1.0, 5),
+                            torch_roi_pool(xt, bt, 1.0, (2, 2), True))
+    cases["multi_scale_roi_align"] = (
+        lambda x, b: jaxpool.multi_scale_roi_align([x], b, 2, 1, [(5, 5)]),
+        torch_roi_align(xt, bt, 1.0, (2, 2), 1, False))
+    for name, (f, want) in cases.items():
+        want = want.numpy()
+        assert (want == 0).any() and not np.signbit(want[want == 0]).any(), name
+        for got in (np.asarray(f(x, boxes)), np.asarray(jax.jit(f)(x, boxes))):
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+
+
 def test_channels_last_and_lists_of_boxes():
     x, boxes, pooled, scale, _ = _case(("layout",), ps=True)
     per_image = [boxes[boxes[:, 0] == i][:, 1:] for i in range(2)]

@@ -140,3 +140,18 @@ def rounded(x):
 @rounded.defjvp
 def _rounded_jvp(primals, tangents):
     return rounded(primals[0]), tangents[0]
+
+
+@jax.custom_jvp
+def from_plus_zero(total):
+    """``0.0 + total``: a sum that starts from +0.0, as a kernel's ``T sum = 0; sum +=
+    ...`` does (-0.0 becomes +0.0, all else stays). A sum written from a zero array loses
+    it where XLA unrolls a loop of one step and folds the literal ``0 + x`` into ``x``; a
+    running sum from +0.0 is never -0.0, so mapping -0.0 to +0.0 afterwards is exact. The
+    tangent passes through."""
+    return jnp.where(total == 0, jnp.zeros((), total.dtype), total)
+
+
+@from_plus_zero.defjvp
+def _from_plus_zero_jvp(primals, tangents):
+    return from_plus_zero(primals[0]), tangents[0]

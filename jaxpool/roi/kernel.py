@@ -4,9 +4,11 @@ and ``roi_align_common.h``; :mod:`jaxpool.roi.plan` plans it).
 Each box's bins are a grid of sample points; each sample is bilinear in the 4 pixels
 around it, and a bin is the mean of its samples. The pixels' indices come from the floor
 of the sample coordinates (integers, no derivative); the weights are differentiable
-functions of the boxes. Every corner of every sample is one :func:`jaxpool.core.gather.read` of
-the input laid out as ``[N * H * W, C]``: one sort of the indices serves every channel and
-every derivative order, so no derivative holds a scatter.
+functions of the boxes. The input is laid out as rows ``[N * H * W, C]``. The forward
+reads each sample's four corners in its step of the sum (a gather each); the derivatives
+are those of one :func:`jaxpool.core.gather.read` of every corner of every sample: one sort
+of the indices serves every channel and every derivative order, so no derivative holds a
+scatter.
 
 The kernel's sums are kept in its order (per bin, the samples row by row, each sample
 ``w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4``), so the values are its bits.
@@ -18,10 +20,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
-from jaxpool.core.rules import rounded
+from jaxpool.core.rules import from_plus_zero, rounded
 from jaxpool.roi.plan import (COORDINATE_LIMIT, LEVEL_EPS, MultiScalePlan, RoiAlignPlan,
                               RoiPoolPlan)
 
@@ -218,18 +221,7 @@ def align_bins(plan, adding: str, values, rois, base, height, width, scale):
             corners.append(jnp.where(live, base + _rows(yi) * row_width + _cols(xi), empty))
             weights.append(jnp.where(live, _rows(wy) * _cols(wx), jnp.zeros((), compute)))
     flat = jnp.stack(corners, axis=2).reshape(-1)
-    c = values.shape[1]
-    taps = read(values, sort_order(flat, values.shape[0]), adding=adding)
-    taps = taps.reshape(rows, cols, 4, k * bins_h * bins_w, c)
-    # The kernel's backward skips empty samples: no derivative reaches their reads.
-    # ps_roi_align's reads none there: 0 (a NaN in the pixel must not reach the bin, nor,
-    # times its zero weight, the boxes' derivative).
-    live_taps = live.reshape(rows, cols, 1, -1, 1)
-    empty_taps = jnp.zeros((), compute) if ps else jax.lax.stop_gradient(taps)
-    taps = jnp.where(live_taps, taps, empty_taps)
-
-    # The kernel sums a bin's samples one after another, row by row: a scan over the
-    # samples keeps that order (and one program for every grid size).
+    order = sort_order(flat, values.shape[0])
     kb = k * bins_h * bins_w
     w = jnp.stack(weights, axis=2).reshape(rows * cols, 4, kb, 1)
     if plan.adaptive:
@@ -239,20 +231,89 @@ def align_bins(plan, adding: str, values, rois, base, height, width, scale):
     else:
         used = jnp.ones((rows, cols, k, bins_h * bins_w), bool)
     used = used.reshape(rows * cols, kb, 1)
-
-    def add_sample(total, sample):
-        w_s, taps_s, used_s = sample
-        terms = rounded(w_s * taps_s)
-        value = ((terms[0] + terms[1]) + terms[2]) + terms[3]
-        return jnp.where(used_s, total + value, total), None
-
-    total, _ = jax.lax.scan(add_sample, jnp.zeros((kb, c), compute),
-                            (w, taps.reshape(rows * cols, 4, kb, c), used))
+    live = live.reshape(rows * cols, kb, 1)
+    # the kernel's sums start from +0.0
+    total = from_plus_zero(_sum_samples(plan, adding, values, order, w, live, used))
+    c = values.shape[1]
     out = _divide(total.reshape(k, bins_h, bins_w, c), count[:, None, None, None])
     # A box past the static bound: NaN in all its outputs, never a silently different
     # value.
     return jnp.where(over[:, None, None, None], jnp.asarray(jnp.nan, compute), out)
 
+
+def _add_sample(total, w_s, taps_s, used_s):
+    """A sample added to its bins' totals as the kernel adds it: ``w1 * v1 + w2 * v2 +
+    w3 * v3 + w4 * v4``, each product rounded."""
+    terms = [rounded(w_s[i] * taps_s[i]) for i in range(4)]
+    value = ((terms[0] + terms[1]) + terms[2]) + terms[3]
+    return jnp.where(used_s, total + value, total)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _sum_samples(plan, adding, values, order, w, live, used):
+    """Each bin's sum of its samples ``[K * PH * PW, C]`` in the kernel's order, the
+    samples' corners read from the rows ``values`` at ``order`` (sample-major, then
+    corner, then bin; ``w``: ``[S, 4, K * PH * PW, 1]``, ``live`` and ``used``: ``[S, K *
+    PH * PW, 1]``). A scan over the samples, each step reading its sample's four corners,
+    a gather each, fused into the sum that takes them: one gather of every corner would
+    write them all out first and read them again. The derivatives are those of
+    :func:`_sum_samples_by_scan`, the same values, whose one read of every corner adds
+    back in one sorted sum."""
+    samples, kb, c = w.shape[0], w.shape[2], values.shape[1]
+    index = order.index.reshape(samples, 4, kb)
+    zero = jnp.zeros((), values.dtype)
+
+    def add_sample(total, sample):
+        index_s, w_s, live_s, used_s = sample
+        taps = [jnp.take(values, index_s[i], axis=0, mode="clip") for i in range(4)]
+        if plan.position_sensitive:
+            taps = [jnp.where(live_s, t, zero) for t in taps]
+        return _add_sample(total, w_s, taps, used_s), None
+
+    total, _ = jax.lax.scan(add_sample, jnp.zeros((kb, c), values.dtype),
+                            (index, w, live, used))
+    return total
+
+
+def _sum_samples_jvp(plan, adding, primals, tangents):
+    # The values from the forward's program (the same bits; a derivative of it takes this
+    # rule again), the tangent that of one read. A constant argument (the boxes' weights
+    # when only the maps move) keeps no tangent: an instantiated zero times an inf or NaN
+    # read would be NaN where torch's tangent has none.
+    values, order, w, live, used = primals
+    moving = [i for i in (0, 2) if not isinstance(tangents[i], SymbolicZero)]
+
+    def by_scan(*args):
+        v, w_ = (args[moving.index(i)] if i in moving else primals[i] for i in (0, 2))
+        return _sum_samples_by_scan(plan, adding, v, order, w_, live, used)
+
+    _, tangent = jax.jvp(by_scan, tuple(primals[i] for i in moving),
+                         tuple(tangents[i] for i in moving))
+    return _sum_samples(plan, adding, values, order, w, live, used), tangent
+
+
+_sum_samples.defjvp(_sum_samples_jvp, symbolic_zeros=True)
+
+
+def _sum_samples_by_scan(plan, adding, values, order, w, live, used):
+    """:func:`_sum_samples` from one gather of every corner (of the pixels as rows) and a
+    scan over the samples: the program its derivatives take."""
+    samples, kb, c = w.shape[0], w.shape[2], values.shape[1]
+    taps = read(values, order, adding=adding).reshape(samples, 4, kb, c)
+    # The kernel's backward skips empty samples: no derivative reaches their reads.
+    # ps_roi_align's reads none there: 0 (a NaN in the pixel must not reach the bin, nor,
+    # times its zero weight, the boxes' derivative).
+    empty_taps = jnp.zeros((), taps.dtype) if plan.position_sensitive else \
+        jax.lax.stop_gradient(taps)
+    taps = jnp.where(live[:, None], taps, empty_taps)
+
+    # The kernel sums a bin's samples one after another, row by row: a scan over the
+    # samples keeps that order (and one program for every grid size).
+    def add_sample(total, sample):
+        return _add_sample(total, *sample), None
+
+    total, _ = jax.lax.scan(add_sample, jnp.zeros((kb, c), values.dtype), (w, taps, used))
+    return total
 
 # --- roi_pool and ps_roi_pool ---------------------------------------------------------------
 
@@ -436,6 +497,7 @@ def _roi_pool(plan: RoiPoolPlan, adding: str, x: jax.Array, rois: jax.Array,
         return index if plan.channels_last else jnp.moveaxis(index, -1, 1)
     pooled = _pool_bins(plan, adding, values, *orders, inside, pixel)
     if plan.position_sensitive:
+        pooled = from_plus_zero(pooled)  # the kernel's sum starts from +0.0
         area = ((h_end - h_start)[:, :, None] * (w_end - w_start)[:, None, :])[..., None]
         pooled = _divide(pooled, jnp.maximum(area, 1).astype(compute))
     out = jnp.where(empty, jnp.zeros((), compute), pooled)
