@@ -297,6 +297,26 @@ def test_nonfinite_values_go_where_torch_puts_them(dims, mode, padding, align):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
+@pytest.mark.parametrize("dims,mode,padding,align", default_share(COMBOS, 6))
+def test_zeros_keep_torchs_sign(dims, mode, padding, align):
+    """A map of -0.0 (a few values among them): each output's zero has torch's sign, plain
+    and jitted (the 3-D kernel's sum starts from +0.0, the 2-D one's from its first
+    term)."""
+    combo = (dims, mode, padding, align)
+    x, g, _ = _case(dims, ("zeros",), spread=1.2)
+    rng = _rng("zeros", combo)
+    x = np.where(rng.random(x.shape) < 0.2, x, -0.0)
+    want = F.grid_sample(torch.tensor(x), torch.tensor(g), mode=mode, padding_mode=padding,
+                         align_corners=align).numpy()
+
+    def f(x, g):
+        return grid_sample(x, g, mode, padding, align)
+
+    for got in (f(x, g), jax.jit(f)(x, g)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("dims,mode,padding,align", default_share(COMBOS, 17))
 def test_nonfinite_input_and_cotangent_gradients_match_torch(dims, mode, padding, align):
     """NaN and inf in the input and the cotangent (finite grid): both gradients."""

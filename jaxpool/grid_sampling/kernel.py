@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
-from jaxpool.core.rules import rounded
+from jaxpool.core.rules import from_plus_zero, rounded
 from jaxpool.grid_sampling.plan import AffineGridPlan, GridSamplePlan
 
 # --- coordinates ----------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def _corners(plan, adding, values, base, coords):
     out = zero
     for m, v, (_, w) in zip(masks, reads, taps):
         out = out + jnp.where(m, rounded(v * w[:, None]), zero)
-    return out
+    return from_plus_zero(out)
 
 
 def _bicubic(plan, adding, values, base, coords):
