@@ -471,6 +471,37 @@ def test_nan_and_inf_go_where_the_reference_puts_them(mode):
     _close(got[1][finite], want[1][finite], "gradient in locations")
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_forward_mode_in_the_value_alone_keeps_the_references_nonfinite_places(mode):
+    """Constant locations and weights, a value with NaN and inf: the tangent in the value
+    alone (no ``0 * inf`` from the constants) and a Hessian-vector product of
+    ``sum(y ** 2)`` (forward over reverse) are the reference's, NaN where its are."""
+    levels, counts = ((3, 3), (2, 2)), (2, 2)
+    v, loc, w = _case(("value alone", mode), levels, per_level=counts)
+    rng = _rng("value alone", mode)
+    v.reshape(-1)[rng.choice(v.size, 3, replace=False)] = [np.nan, np.inf, -np.inf]
+    t = rng.standard_normal(v.shape)
+    reference, lt, wt = _torch_fn(levels, mode, counts), torch.tensor(loc), torch.tensor(w)
+    vt = torch.tensor(v, requires_grad=True)
+    y = reference(vt, lt, wt)
+    u = torch.zeros_like(y, requires_grad=True)
+    (vjp,) = torch.autograd.grad(y, vt, u, create_graph=True)
+    (want_jvp,) = torch.autograd.grad(vjp, u, torch.tensor(t))
+    (g,) = torch.autograd.grad((reference(vt, lt, wt) ** 2).sum(), vt, create_graph=True)
+    (want_hvp,) = torch.autograd.grad(g, vt, torch.tensor(t))
+
+    def f(v):
+        return msda(v, levels, loc, w, mode=mode, points_per_level=counts)
+
+    v, t = jnp.asarray(v), jnp.asarray(t)
+    got_jvp = jax.jvp(f, (v,), (t,))[1]
+    got_hvp = jax.jvp(jax.grad(lambda v: jnp.sum(f(v) ** 2)), (v,), (t,))[1]
+    for name, got, want in (("jvp", got_jvp, want_jvp), ("hvp", got_hvp, want_hvp)):
+        want = want.detach().numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        _close(got, want, name)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_computes_in_float32_and_rounds_once(dtype):
     levels = ((3, 4), (2, 2))

@@ -24,6 +24,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
@@ -127,23 +128,87 @@ def _attention(plan: DeformablePlan, adding: str, value: jax.Array, locations: j
         indices.append(jnp.stack(level_index, -1))
         tap_weights.append(jnp.stack(level_weights, -1))
         tap_inside.append(jnp.stack(level_inside, -1))
-    taps = plan.taps
     index = jnp.concatenate(indices, 1).reshape(-1)  # [n, points, taps]
-    read_rows = read(table, sort_order(index, rows), adding=adding)
-    read_rows = read_rows.reshape(n, points, taps, dim)
-    if plan.mode == "bilinear":
+    order = sort_order(index, rows)
+    if plan.mode == "nearest":
+        out = _sum_of_reads(plan, adding, table, order, None, None, weights)
+    else:
+        corner = jnp.concatenate(tap_weights, 1)  # [n, points, 4]
         inside = jnp.concatenate(tap_inside, 1)[..., None]  # [n, points, 4, 1]
-        read_rows = jnp.where(inside, read_rows, jnp.zeros((), compute))
+        out = _sum_of_points(plan, adding, table, order, corner, inside, weights)
+    return out.reshape(plan.out_shape).astype(dtype)
 
+
+def _sample(corner, reads, inside):
+    """A point's bilinear sample from its 4 corners' reads (each ``[..., dim]``;
+    ``corner``, ``inside``: the 4 corners' on an axis before them): a corner outside
+    reads 0."""
+    zero = jnp.zeros((), reads[0].dtype)
+    return functools.reduce(jnp.add, [rounded(corner[t] * jnp.where(inside[t], reads[t], zero))
+                                      for t in range(4)])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _sum_of_points(plan, adding, table, order, corner, inside, weights):
+    """Bilinear's ``[n, dim]``: the points' weighted samples added in the reference's
+    order, the corners read from ``table`` at ``order`` (``[n, points, 4]`` flattened;
+    ``corner`` ``[n, points, 4]``, ``inside`` ``[n, points, 4, 1]``, ``weights`` ``[n,
+    points]``): a scan over the points, each step reading its point's 4 corners with a
+    gather each, fused into the sums (one read of every corner writes them all out
+    first). The derivatives are those of :func:`_sum_of_reads`, the same values."""
+    n, points = weights.shape
+    index = jnp.transpose(order.index.reshape(n, points, 4), (1, 2, 0))  # [points, 4, n]
+    corner = jnp.transpose(corner, (1, 2, 0))[..., None]  # [points, 4, n, 1]
+    inside = jnp.transpose(inside, (1, 2, 0, 3))
+    weights = weights.T[..., None]  # [points, n, 1]
+
+    def step(total, point):
+        index_p, corner_p, inside_p, weight_p = point
+        reads = [jnp.take(table, index_p[t], axis=0, mode="clip") for t in range(4)]
+        return total + rounded(weight_p * _sample(corner_p, reads, inside_p)), None
+
+    # -0.0 + t is t (its sign too): the sum starts from its first term, as the reference's
+    start = jnp.full((n, table.shape[1]), -0.0, table.dtype)
+    total, _ = jax.lax.scan(step, start, (index, corner, inside, weights))
+    return total
+
+
+def _sum_of_points_jvp(plan, adding, primals, tangents):
+    # The tangent is that of one read; the values the scan's where the tangent reads
+    # nothing of its own (only the value moves: a derivative of it takes this rule
+    # again). A constant argument keeps no tangent (an instantiated zero times an inf
+    # read would be NaN).
+    table, order, corner, inside, weights = primals
+    moving = [i for i in (0, 2, 4) if not isinstance(tangents[i], SymbolicZero)]
+
+    def by_reads(*args):
+        t, c, w = (args[moving.index(i)] if i in moving else primals[i] for i in (0, 2, 4))
+        return _sum_of_reads(plan, adding, t, order, c, inside, w)
+
+    out, tangent = jax.jvp(by_reads, tuple(primals[i] for i in moving),
+                           tuple(tangents[i] for i in moving))
+    if moving == [0]:
+        out = _sum_of_points(plan, adding, table, order, corner, inside, weights)
+    return out, tangent
+
+
+_sum_of_points.defjvp(_sum_of_points_jvp, symbolic_zeros=True)
+
+
+def _sum_of_reads(plan, adding, table, order, corner, inside, weights):
+    """The points' weighted samples ``[n, dim]`` from one read of every tap (nearest:
+    ``corner`` and ``inside`` None), each point's sample then its weighted term added in
+    the reference's order."""
+    n, points = weights.shape
+    read_rows = read(table, order, adding=adding).reshape(n, points, plan.taps, -1)
     if plan.mode == "nearest":
         samples = read_rows[:, :, 0]
     else:
-        corner = jnp.concatenate(tap_weights, 1)  # [n, points, 4]
-        samples = functools.reduce(jnp.add, [rounded(corner[:, :, t, None] * read_rows[:, :, t])
-                                             for t in range(taps)])
+        samples = _sample(jnp.moveaxis(corner, 2, 0)[..., None],
+                          [read_rows[:, :, t] for t in range(4)],
+                          jnp.moveaxis(inside, 2, 0))
     terms = rounded(weights[..., None] * samples)  # [n, points, dim]
-    out = functools.reduce(jnp.add, [terms[:, p] for p in range(points)])
-    return out.reshape(plan.out_shape).astype(dtype)
+    return functools.reduce(jnp.add, [terms[:, p] for p in range(points)])
 
 
 # --- deform_conv2d --------------------------------------------------------------------------
