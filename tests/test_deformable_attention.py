@@ -502,6 +502,25 @@ def test_forward_mode_in_the_value_alone_keeps_the_references_nonfinite_places(m
         _close(got, want, name)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_zeros_keep_the_references_sign(mode):
+    """A value of -0.0 among a few values: each output's zero has the reference's sign
+    (its sum over the points starts from +0.0), plain and jitted."""
+    levels, counts = ((3, 3), (2, 2)), (2, 2)
+    v, loc, w = _case(("zeros", mode), levels, per_level=counts)
+    rng = _rng("zeros", mode)
+    v = np.where(rng.random(v.shape) < 0.1, v, -0.0)
+    want = _torch_fn(levels, mode, counts)(*map(torch.tensor, (v, loc, w))).numpy()
+
+    def f(v, loc, w):
+        return msda(v, levels, loc, w, mode=mode, points_per_level=counts)
+
+    assert (want == 0).any()
+    for got in (f(v, loc, w), jax.jit(f)(v, loc, w)):
+        _close(got, want, "values")
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_computes_in_float32_and_rounds_once(dtype):
     levels = ((3, 4), (2, 2))

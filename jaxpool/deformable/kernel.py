@@ -28,7 +28,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
-from jaxpool.core.rules import rounded
+from jaxpool.core.rules import from_plus_zero, rounded
 from jaxpool.deformable.plan import DeformablePlan, DeformConvPlan
 
 
@@ -136,7 +136,8 @@ def _attention(plan: DeformablePlan, adding: str, value: jax.Array, locations: j
         corner = jnp.concatenate(tap_weights, 1)  # [n, points, 4]
         inside = jnp.concatenate(tap_inside, 1)[..., None]  # [n, points, 4, 1]
         out = _sum_of_points(plan, adding, table, order, corner, inside, weights)
-    return out.reshape(plan.out_shape).astype(dtype)
+    # the reference's sum over the points (torch's sum) starts from +0.0
+    return from_plus_zero(out).reshape(plan.out_shape).astype(dtype)
 
 
 def _sample(corner, reads, inside):
