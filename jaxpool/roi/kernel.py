@@ -276,8 +276,9 @@ def _sum_samples(plan, adding, values, order, w, live, used):
 
 
 def _sum_samples_jvp(plan, adding, primals, tangents):
-    # The values from the forward's program (the same bits; a derivative of it takes this
-    # rule again), the tangent that of one read. A constant argument (the boxes' weights
+    # The tangent is that of one read; the values the forward's program's (the same
+    # bits) where the tangent reads nothing of its own, only the maps moving (a
+    # derivative of it takes this rule again). A constant argument (the boxes' weights
     # when only the maps move) keeps no tangent: an instantiated zero times an inf or NaN
     # read would be NaN where torch's tangent has none.
     values, order, w, live, used = primals
@@ -287,9 +288,11 @@ def _sum_samples_jvp(plan, adding, primals, tangents):
         v, w_ = (args[moving.index(i)] if i in moving else primals[i] for i in (0, 2))
         return _sum_samples_by_scan(plan, adding, v, order, w_, live, used)
 
-    _, tangent = jax.jvp(by_scan, tuple(primals[i] for i in moving),
-                         tuple(tangents[i] for i in moving))
-    return _sum_samples(plan, adding, values, order, w, live, used), tangent
+    out, tangent = jax.jvp(by_scan, tuple(primals[i] for i in moving),
+                           tuple(tangents[i] for i in moving))
+    if moving == [0]:  # the tangent reads nothing: the values from the faster program
+        out = _sum_samples(plan, adding, values, order, w, live, used)
+    return out, tangent
 
 
 _sum_samples.defjvp(_sum_samples_jvp, symbolic_zeros=True)
