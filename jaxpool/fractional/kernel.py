@@ -3,12 +3,13 @@
 
 The windows of each (batch, channel) plane start where its samples put them, so the reads
 are at positions the data gives: one :func:`jaxpool.core.gather.read` of rows per axis
-(``_window_taps``). The pick
-among a window's taps (torch's rule: the last NaN if any, else the first maximum; all
-``-inf``: the first tap) is an integer, held constant; the value is the picked tap's read,
-chosen by a chain of selects. So the derivatives route each window's cotangent to its
-picked element through the read's transpose, the sorted segmented sum: no scatter at any
-order, in either mode.
+(``_window_taps``). The pick among a window's taps (torch's rule: the last NaN if any,
+else the first maximum; all ``-inf``: the first tap) is an integer, held constant; the
+value is the picked tap's read, chosen by a chain of selects. The tangent is the input's
+tangent read at each window's picked element (``_pooled``), so the derivatives route each
+window's cotangent to that element through the read's transpose, the sorted segmented sum
+(or, on the CPU table, a scatter-add in the windows' order): no scatter at any order, in
+either mode, on the GPU and TPU tables.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxpool import strategy_table
-from jaxpool.core.gather import read
+from jaxpool.core.gather import read, sort_order
 from jaxpool.pooling.kernel_max import index_dtype
 from jaxpool.fractional.plan import FractionalPlan
 
@@ -97,26 +98,59 @@ def _fractional_max_pool(plan: FractionalPlan, adding: str, x: jax.Array, sample
         x = x[None]
     if plan.channels_last:
         x = jnp.moveaxis(x, -1, 1)
-    out_sp, kernel, in_sp = plan.out_spatial, plan.kernel, plan.in_spatial
-    strides = [math.prod(in_sp[a + 1:]) for a in range(dims)]
+    out_sp = plan.out_spatial
     if n * c * math.prod(out_sp) == 0:
         values = jnp.zeros((n, c) + out_sp, x.dtype)
         flat = jnp.zeros((n, c) + out_sp, index_dtype())
     else:
         starts = [window_starts(plan, samples, a) for a in range(dims)]
-        values, pick = _pick(_window_taps(plan, adding, x, starts))
-        # The window's first element, flat in its plane: [N, C, *out].
-        start = jnp.zeros((n, c) + (1,) * dims, index_dtype())
-        for a in range(dims):
-            s = starts[a].astype(index_dtype()) * strides[a]
-            start = start + s.reshape((n, c) + tuple(out_sp[a] if b == a else 1
-                                                     for b in range(dims)))
-        flat = start + _offset_of(pick, kernel, strides)
+        values = _pooled(plan, adding, x, starts)
+        flat = _picked_in_plane(plan, adding, lax.stop_gradient(x), starts)
     if plan.channels_last:
         values, flat = jnp.moveaxis(values, 1, -1), jnp.moveaxis(flat, 1, -1)
     if not plan.batched:
         values, flat = values[0], flat[0]
     return values, flat
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _pooled(plan: FractionalPlan, adding: str, x: jax.Array, starts: list) -> jax.Array:
+    """Each window's kept value ``[N, C, *out]``. Its tangent is the input's tangent read
+    at each window's kept element (one read of ``N * C * out`` entries, whose transpose
+    adds each window's cotangent into its element, in the windows' order, as torch's
+    backward): differentiating the selects that pick it would write every tap's
+    cotangent out and add them back through both reads of rows."""
+    return _pick(_window_taps(plan, adding, x, starts))[0]
+
+
+@_pooled.defjvp
+def _pooled_jvp(plan, adding, primals, tangents):
+    x, starts = primals
+    n, c = x.shape[:2]
+    plane = math.prod(plan.in_spatial)
+    flat = _picked_in_plane(plan, adding, lax.stop_gradient(x), starts)
+    at = flat + (jnp.arange(n * c, dtype=flat.dtype) * plane).reshape(
+        (n, c) + (1,) * plan.dims)
+    read_at = sort_order(at.reshape(-1).astype(jnp.int32), n * c * plane)
+    tangent = read(tangents[0].reshape(-1, 1), read_at, adding=adding)
+    return _pooled(plan, adding, x, starts), tangent.reshape(at.shape)
+
+
+def _picked_in_plane(plan: FractionalPlan, adding: str, x: jax.Array,
+                     starts: list) -> jax.Array:
+    """Each window's kept element, flat in its plane (``h * W + w``, ...): ``[N, C,
+    *out]``."""
+    n, c = x.shape[:2]
+    dims, out_sp = plan.dims, plan.out_spatial
+    strides = [math.prod(plan.in_spatial[a + 1:]) for a in range(dims)]
+    pick = _pick(_window_taps(plan, adding, x, starts))[1]
+    # The window's first element, flat in its plane: [N, C, *out].
+    start = jnp.zeros((n, c) + (1,) * dims, index_dtype())
+    for a in range(dims):
+        s = starts[a].astype(index_dtype()) * strides[a]
+        start = start + s.reshape((n, c) + tuple(out_sp[a] if b == a else 1
+                                                 for b in range(dims)))
+    return start + _offset_of(pick, plan.kernel, strides)
 
 
 def _window_taps(plan: FractionalPlan, adding: str, x: jax.Array, starts: list) -> jax.Array:
