@@ -10,11 +10,12 @@ identity, differentiated as one, that keeps a product from being fused into a mu
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.extend.core
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad, batching, mlir
 
 
@@ -155,3 +156,22 @@ def from_plus_zero(total):
 @from_plus_zero.defjvp
 def _from_plus_zero_jvp(primals, tangents):
     return from_plus_zero(primals[0]), tangents[0]
+
+
+def jvp_of_moving(fn: Callable[..., Any], primals: tuple, tangents: tuple,
+                  argnums: tuple[int, ...]) -> tuple[Any, Any, list[int]]:
+    """``jax.jvp`` of ``fn(*primals)`` in those of the arguments ``argnums`` whose tangents
+    are not symbolic zeros (a ``custom_jvp`` rule's, defined with ``symbolic_zeros=True``),
+    the others held constant: an instantiated zero tangent times an inf or NaN would put
+    NaN where the derivative has none. ``(values, tangent, the moving argnums)``."""
+    moving = [i for i in argnums if not isinstance(tangents[i], SymbolicZero)]
+
+    def in_moving(*args):
+        given = list(primals)
+        for i, a in zip(moving, args):
+            given[i] = a
+        return fn(*given)
+
+    out, tangent = jax.jvp(in_moving, tuple(primals[i] for i in moving),
+                           tuple(tangents[i] for i in moving))
+    return out, tangent, moving

@@ -24,11 +24,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_derivatives import SymbolicZero
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
-from jaxpool.core.rules import from_plus_zero, rounded
+from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
 from jaxpool.deformable.plan import DeformablePlan, DeformConvPlan
 
 
@@ -175,21 +174,13 @@ def _sum_of_points(plan, adding, table, order, corner, inside, weights):
 
 
 def _sum_of_points_jvp(plan, adding, primals, tangents):
-    # The tangent is that of one read; the values the scan's where the tangent reads
-    # nothing of its own (only the value moves: a derivative of it takes this rule
-    # again). A constant argument keeps no tangent (an instantiated zero times an inf
-    # read would be NaN).
-    table, order, corner, inside, weights = primals
-    moving = [i for i in (0, 2, 4) if not isinstance(tangents[i], SymbolicZero)]
-
-    def by_reads(*args):
-        t, c, w = (args[moving.index(i)] if i in moving else primals[i] for i in (0, 2, 4))
-        return _sum_of_reads(plan, adding, t, order, c, inside, w)
-
-    out, tangent = jax.jvp(by_reads, tuple(primals[i] for i in moving),
-                           tuple(tangents[i] for i in moving))
+    # The tangent is that of one read, in the moving arguments alone; the values the
+    # scan's where the tangent reads nothing of its own (only the value moves: a
+    # derivative of it takes this rule again).
+    out, tangent, moving = jvp_of_moving(
+        functools.partial(_sum_of_reads, plan, adding), primals, tangents, (0, 2, 4))
     if moving == [0]:
-        out = _sum_of_points(plan, adding, table, order, corner, inside, weights)
+        out = _sum_of_points(plan, adding, *primals)
     return out, tangent
 
 

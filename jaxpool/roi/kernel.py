@@ -20,11 +20,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
-from jaxpool.core.rules import from_plus_zero, rounded
+from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
 from jaxpool.roi.plan import (COORDINATE_LIMIT, LEVEL_EPS, MultiScalePlan, RoiAlignPlan,
                               RoiPoolPlan)
 
@@ -276,22 +275,14 @@ def _sum_samples(plan, adding, values, order, w, live, used):
 
 
 def _sum_samples_jvp(plan, adding, primals, tangents):
-    # The tangent is that of one read; the values the forward's program's (the same
-    # bits) where the tangent reads nothing of its own, only the maps moving (a
-    # derivative of it takes this rule again). A constant argument (the boxes' weights
-    # when only the maps move) keeps no tangent: an instantiated zero times an inf or NaN
-    # read would be NaN where torch's tangent has none.
-    values, order, w, live, used = primals
-    moving = [i for i in (0, 2) if not isinstance(tangents[i], SymbolicZero)]
-
-    def by_scan(*args):
-        v, w_ = (args[moving.index(i)] if i in moving else primals[i] for i in (0, 2))
-        return _sum_samples_by_scan(plan, adding, v, order, w_, live, used)
-
-    out, tangent = jax.jvp(by_scan, tuple(primals[i] for i in moving),
-                           tuple(tangents[i] for i in moving))
+    # The tangent is that of one read, in the moving arguments alone (the boxes' weights
+    # are constant when only the maps move); the values the forward's program's (the
+    # same bits) where the tangent reads nothing of its own (a derivative of it takes
+    # this rule again).
+    out, tangent, moving = jvp_of_moving(
+        functools.partial(_sum_samples_by_scan, plan, adding), primals, tangents, (0, 2))
     if moving == [0]:  # the tangent reads nothing: the values from the faster program
-        out = _sum_samples(plan, adding, values, order, w, live, used)
+        out = _sum_samples(plan, adding, *primals)
     return out, tangent
 
 
