@@ -5,16 +5,19 @@ pixel from ``value`` laid out as rows ``[B * S * heads, head_dim]``, level ``l``
 ``(y, x)`` of example ``b`` and head ``h`` at row ``(b * S + start_l + y * W_l + x) * heads
 + h``. A corner outside its level reads its level's first pixel and a select zeros it: the
 reference's masked read (0 times the corner's weight, NaN and inf included), and a
-select, not a product, so nothing of that pixel reaches the sum or a derivative. All the
-reads are one :func:`jaxpool.core.gather.read`, so one sort of the positions serves every
-level, head, channel and derivative order, and no derivative holds a scatter (on the GPU
-and TPU tables; the CPU table adds back with XLA's scatter-add, deterministic there).
+select, not a product, so nothing of that pixel reaches the sum or a derivative. The
+bilinear forward reads each point's corners in its step of the sum (a gather each); the
+derivatives are those of one :func:`jaxpool.core.gather.read` of every corner, so one sort
+of the positions serves every level, head, channel and derivative order, and no
+derivative holds a scatter (on the GPU and TPU tables; the CPU table adds back with XLA's
+scatter-add, deterministic there).
 
 The sum is the reference's, written out: each point's corners
 ``((nw * v_nw + ne * v_ne) + sw * v_sw) + se * v_se`` (grid_sample's vectorized kernel's
-order), then the points' ``attention weight * sample``, level by level and point by point.
-Each product goes through :func:`~jaxpool.core.rules.rounded`, so that no program fuses it
-into a multiply-add: every transform gives the same bits.
+order), then the points' ``attention weight * sample``, level by level and point by point,
+from +0.0 as the reference's torch sum. Each product goes through
+:func:`~jaxpool.core.rules.rounded`, so that no program fuses it into a multiply-add:
+every transform gives the same bits.
 """
 
 from __future__ import annotations
