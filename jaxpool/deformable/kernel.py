@@ -170,7 +170,8 @@ def _sum_of_points(plan, adding, table, order, corner, inside, weights):
         reads = [jnp.take(table, index_p[t], axis=0, mode="clip") for t in range(4)]
         return total + rounded(weight_p * _sample(corner_p, reads, inside_p)), None
 
-    # -0.0 + t is t (its sign too): the sum starts from its first term, as the reference's
+    # -0.0 + t is t, its sign too: the one-read program's sum, from its first term (the
+    # caller's from_plus_zero then starts it from +0.0, as the reference's torch sum)
     start = jnp.full((n, table.shape[1]), -0.0, table.dtype)
     total, _ = jax.lax.scan(step, start, (index, corner, inside, weights))
     return total

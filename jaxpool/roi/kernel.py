@@ -309,6 +309,7 @@ def _sum_samples_by_scan(plan, adding, values, order, w, live, used):
     total, _ = jax.lax.scan(add_sample, jnp.zeros((kb, c), values.dtype), (w, taps, used))
     return total
 
+
 # --- roi_pool and ps_roi_pool ---------------------------------------------------------------
 
 FLT_MAX = 3.4028234663852886e38
