@@ -241,3 +241,49 @@ def test_eager_results_are_the_jitted_bits(name, rng):
             np.testing.assert_allclose(eager, jitted, rtol=2e-6, atol=1e-6)
             continue
         assert eager.tobytes() == jitted.tobytes(), f"{name}: {mode}"
+
+
+# --- what an eager derivative passes from the forward program to the derivative's -------
+
+# name -> (op, input shape): programs whose linearization once passed masks, positions and
+# pieces of the input (several times the input's bytes), or captured per-tap constants
+_PASSING = {
+    "pad reflect": (lambda x: jaxpool.pad(x, (3, 3, 3, 3), "reflect"), (2, 4, 12, 12)),
+    "pad replicate": (lambda x: jaxpool.pad(x, (3, 3, 3, 3), "replicate"), (2, 4, 12, 12)),
+    "nearest 12 -> 17": (lambda x: jaxpool.interpolate(x, size=17), (2, 4, 12, 12)),
+    "max_pool3d": (lambda x: jaxpool.max_pool3d(x, 3, 2, 1), (2, 2, 6, 6, 6)),
+    "adaptive_max_pool2d": (lambda x: jaxpool.adaptive_max_pool2d(x, 5), (2, 4, 12, 12)),
+    "roi_align": (lambda x: jaxpool.roi_align(
+        x, jnp.asarray([[0, 1.0, 2.0, 9.0, 11.0], [1, 3.0, 0.5, 7.0, 6.0]]), 3, 1.0, 2),
+        (2, 4, 12, 12)),
+}
+
+
+@pytest.mark.parametrize("name", list(_PASSING))
+def test_an_eager_derivative_keeps_no_more_than_the_input(name, rng):
+    """``jax.linearize`` of the op: the arrays it keeps for the derivative (what an eager
+    ``jax.grad`` passes from its forward program to its derivative's, each a cost per call)
+    hold the input and at most a few small constants (``jaxpool.core.program``)."""
+    op, shape = _PASSING[name]
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    _, linear = jax.linearize(op, x)
+    kept = jax.make_jaxpr(linear)(x).consts
+    assert sum(np.asarray(c).nbytes for c in kept) <= x.nbytes + 256, (
+        f"{name}: {len(kept)} arrays kept, {[np.shape(c) for c in kept]}")
+
+
+def test_static_arrays_are_their_values():
+    from jaxpool.core.program import static_array
+    rng = np.random.default_rng(0)
+    cases = [np.array([True]), np.array([False, True, True]), np.array([True, False]),
+             np.array([7], np.int32), np.arange(5, dtype=np.int32) * 3 - 4,
+             np.array([2, 2, 2], np.int32), np.array([0, 1, 3], np.int32),
+             np.array([True, False] * 6)]  # six runs: captured
+    cases += [rng.integers(0, 2, n).astype(bool) for n in range(1, 12)]
+    for values in cases:
+        for ndim, axis in ((1, 0), (3, 1), (4, 3)):
+            shape = [1] * ndim
+            shape[axis] = len(values)
+            got = jax.jit(lambda: static_array(values, shape, axis))()
+            assert got.dtype == values.dtype and got.shape == tuple(shape)
+            np.testing.assert_array_equal(np.asarray(got), values.reshape(shape))

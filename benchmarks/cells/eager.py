@@ -17,6 +17,13 @@ sees them. Modes, each timed as interleaved samples:
 - ``vjp``: the op alone, its vector-jacobian product with a given cotangent (``jax.vjp``
   and its pullback; torch's ``autograd.grad(y, x, ct)``).
 
+``jax peer`` is the call a JAX user writes for the same op without jaxpool (``jnp.pad``,
+``jax.image.resize``, ``lax.reduce_window`` as flax's pooling calls it, a gather or a
+scatter port), called and differentiated eagerly as jaxpool is: the issue's eager target
+is jaxpool's eager gradient at or below it. A peer marked ``wrong`` computes other values
+than torch (``jax.image.resize``'s nearest at a scale that is not an integer,
+``map_coordinates``' border): timed for its cost, never counted as a correct peer.
+
 Every call waits for its result. ``--gap-us N`` does N microseconds of Python work before
 each call, on every side, and leaves it out of the times: eager code runs Python between
 its calls, and XLA:CPU's worker threads stop spinning and sleep a few microseconds after a
@@ -38,7 +45,7 @@ from benchmarks.report import markers, splice
 from benchmarks.runner import Device, measure, summarize
 
 MODES = ("fwd", "grad", "vjp")
-SIDES = ("jaxpool", "jit", "jax floor", "torch", "torch-1t")
+SIDES = ("jaxpool", "jit", "jax peer", "jax floor", "torch", "torch-1t")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,51 +54,147 @@ class Cell:
     shape: tuple[int, ...]
     jax_op: str    # an expression of ``x`` (and ``indices``) with ``jaxpool`` in scope
     torch_op: str  # the same with ``F`` (torch.nn.functional) in scope
+    peer: str = ""  # the same without jaxpool: ``jnp``, ``lax``, ``jax`` and ``peers`` in scope
+    peer_is_torchs: bool = True  # False: the peer's values are not torch's (timed, marked)
+
+
+_SAME = ((0, 0), (0, 0))  # no padding of the batch and channel axes
 
 
 CELLS = (
     Cell("max_pool2d(x, 3, 2, 1), 2x16x28x28", (2, 16, 28, 28),
-         "jaxpool.max_pool2d(x, 3, 2, 1)", "F.max_pool2d(x, 3, 2, 1)"),
+         "jaxpool.max_pool2d(x, 3, 2, 1)", "F.max_pool2d(x, 3, 2, 1)",
+         "lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), "
+         "_SAME + ((1, 1),) * 2)"),
     Cell("avg_pool2d(x, 2), 2x16x28x28", (2, 16, 28, 28),
-         "jaxpool.avg_pool2d(x, 2)", "F.avg_pool2d(x, 2)"),
+         "jaxpool.avg_pool2d(x, 2)", "F.avg_pool2d(x, 2)",
+         "lax.reduce_window(x, 0.0, lax.add, (1, 1, 2, 2), (1, 1, 2, 2), 'VALID') / 4"),
     Cell("bilinear x2, 2x16x28x28", (2, 16, 28, 28),
          "jaxpool.interpolate(x, scale_factor=2, mode='bilinear')",
-         "F.interpolate(x, scale_factor=2, mode='bilinear')"),
+         "F.interpolate(x, scale_factor=2, mode='bilinear')",
+         "jax.image.resize(x, (2, 16, 56, 56), 'bilinear')"),
     Cell("reflect pad 3, 2x16x28x28", (2, 16, 28, 28),
-         "jaxpool.pad(x, (3, 3, 3, 3), 'reflect')", "F.pad(x, (3, 3, 3, 3), mode='reflect')"),
+         "jaxpool.pad(x, (3, 3, 3, 3), 'reflect')", "F.pad(x, (3, 3, 3, 3), mode='reflect')",
+         "jnp.pad(x, _SAME + ((3, 3),) * 2, 'reflect')"),
     Cell("nearest 40 -> 57, 2x16x40x40", (2, 16, 40, 40),
-         "jaxpool.interpolate(x, size=57)", "F.interpolate(x, size=57)"),
+         "jaxpool.interpolate(x, size=57)", "F.interpolate(x, size=57)",
+         "peers.nearest(x, 57)"),
     Cell("max_unpool2d 2x2, 2x16x14x14 -> 28", (2, 16, 14, 14),
-         "jaxpool.max_unpool2d(x, indices, 2)", "F.max_unpool2d(x, indices, 2)"),
+         "jaxpool.max_unpool2d(x, indices, 2)", "F.max_unpool2d(x, indices, 2)",
+         "peers.max_unpool(x, indices, 28)"),
     Cell("adaptive_avg_pool2d 15 -> 4, 2x64x15x15", (2, 64, 15, 15),
-         "jaxpool.adaptive_avg_pool2d(x, 4)", "F.adaptive_avg_pool2d(x, 4)"),
+         "jaxpool.adaptive_avg_pool2d(x, 4)", "F.adaptive_avg_pool2d(x, 4)",
+         "peers.adaptive_avg(x, 4)"),
+    Cell("max_pool3d(x, 3, 2, 1), 2x8x12x12x12", (2, 8, 12, 12, 12),
+         "jaxpool.max_pool3d(x, 3, 2, 1)", "F.max_pool3d(x, 3, 2, 1)",
+         "lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3, 3), (1, 1, 2, 2, 2), "
+         "_SAME + ((1, 1),) * 3)"),
+    Cell("unfold(x, 3, padding=1), 2x16x28x28", (2, 16, 28, 28),
+         "jaxpool.unfold(x, 3, padding=1)", "F.unfold(x, 3, padding=1)",
+         "lax.conv_general_dilated_patches(x, (3, 3), (1, 1), ((1, 1), (1, 1)))"
+         ".reshape(2, 144, 784)"),
+    Cell("grid_sample bilinear, 2x16x28x28 at 2x20x20", (2, 16, 28, 28),
+         "jaxpool.grid_sample(x, grid, align_corners=False)",
+         "F.grid_sample(x, grid, align_corners=False)",
+         "peers.map_coordinates(x, grid)", peer_is_torchs=False),
+    Cell("roi_align 7x7, 2x16x28x28, 8 boxes", (2, 16, 28, 28),
+         "jaxpool.roi_align(x, boxes, 7, 0.5, 2)", "torchvision_roi_align(x, boxes, 7, 0.5, 2)",
+         "peers.roi_align(x, boxes, 7, 0.5, 2)"),
 )
 
 
+class _Peers:
+    """The JAX peers that take more than one expression: what a JAX user writes for the op
+    without jaxpool."""
+
+    @staticmethod
+    def nearest(x, size: int):
+        """torch's ``nearest``: output ``i`` reads input ``floor(i * in / out)``, a gather
+        per axis."""
+        import jax.numpy as jnp
+        rows = np.floor(np.arange(size) * (x.shape[-2] / size)).astype(np.int32)
+        cols = np.floor(np.arange(size) * (x.shape[-1] / size)).astype(np.int32)
+        return jnp.take(jnp.take(x, rows, axis=-2), cols, axis=-1)
+
+    @staticmethod
+    def max_unpool(x, indices, size: int):
+        """Each value written at its flat index of the ``size x size`` plane: a scatter."""
+        import jax.numpy as jnp
+        n, c = x.shape[:2]
+        flat = indices.reshape(n, c, -1)
+        out = jnp.zeros((n, c, size * size), x.dtype)
+        rows, chans = np.arange(n)[:, None, None], np.arange(c)[None, :, None]
+        return out.at[rows, chans, flat].set(x.reshape(n, c, -1)).reshape(n, c, size, size)
+
+    @staticmethod
+    def adaptive_avg(x, size: int):
+        """torch's bins (``floor(i * n / out)`` to ``ceil((i + 1) * n / out)``) as an
+        averaging matrix per axis, contracted with the input."""
+        import jax.numpy as jnp
+
+        def bins(n):
+            m = np.zeros((size, n), np.float32)
+            for i in range(size):
+                lo, hi = (i * n) // size, -((-(i + 1) * n) // size)
+                m[i, lo:hi] = 1.0 / (hi - lo)
+            return m
+        return jnp.einsum("nchw,ih,jw->ncij", x, bins(x.shape[-2]), bins(x.shape[-1]))
+
+    @staticmethod
+    def map_coordinates(x, grid):
+        from benchmarks.cells.grid_sampling import _map_coordinates
+        return _map_coordinates(x.shape, "bilinear", False)(x, grid)
+
+    @staticmethod
+    def roi_align(x, boxes, output, scale, ratio):
+        from benchmarks.cells.roi import _jnp_roi_align
+        return _jnp_roi_align(x, boxes, output, scale, ratio)
+
+
+def _extras(cell: Cell, x64: np.ndarray) -> dict:
+    """The arrays a cell's expressions read besides ``x``, as (JAX, torch) pairs."""
+    extras = {}
+    n, c, h, w = x64.shape[:4]
+    rng = np.random.default_rng(1)
+    if "indices" in cell.jax_op:
+        # each value's index: a random element of its own 2x2 window, as a max pool's
+        rows = 2 * np.arange(h)[:, None] + rng.integers(0, 2, (n, c, h, w))
+        cols = 2 * np.arange(w)[None, :] + rng.integers(0, 2, (n, c, h, w))
+        extras["indices"] = rows * (2 * w) + cols
+    if "grid" in cell.jax_op:
+        extras["grid"] = rng.uniform(-1.1, 1.1, (n, 20, 20, 2)).astype(np.float32)
+    if "boxes" in cell.jax_op:
+        x1, y1 = rng.uniform(0, 2 * w * 0.6, 8), rng.uniform(0, 2 * h * 0.6, 8)
+        extras["boxes"] = np.stack([rng.integers(0, n, 8), x1, y1,
+                                    x1 + rng.uniform(4, 2 * w * 0.4, 8),
+                                    y1 + rng.uniform(4, 2 * h * 0.4, 8)], 1).astype(np.float32)
+    return extras
+
+
 def _ops(cell: Cell, x64: np.ndarray):
-    """jaxpool's op and torch's, as functions of the input alone."""
+    """jaxpool's op, torch's and the JAX peer's (None without one), as functions of the
+    input alone."""
+    import jax
     import jax.numpy as jnp
     import torch
     import torch.nn.functional as F
+    from jax import lax
 
     import jaxpool
+    from benchmarks.cells.roi import _torch_roi_align
 
-    scope = {"jaxpool": jaxpool, "F": F}
+    extras = _extras(cell, x64)
+    jax_scope = {"jaxpool": jaxpool, "jax": jax, "jnp": jnp, "lax": lax, "peers": _Peers,
+                 "_SAME": _SAME, **{k: jnp.asarray(v) for k, v in extras.items()}}
+    torch_scope = {"F": F, "torchvision_roi_align": _torch_roi_align,
+                   **{k: torch.from_numpy(v) for k, v in extras.items()}}
     # compiled once: an eval of the text would cost each eager call its parsing
     jax_code = compile(cell.jax_op, cell.name, "eval")
     torch_code = compile(cell.torch_op, cell.name, "eval")
-    if "indices" in cell.jax_op:
-        # each value's index: a random element of its own 2x2 window, as a max pool's
-        n, c, h, w = x64.shape
-        rng = np.random.default_rng(1)
-        rows = 2 * np.arange(h)[:, None] + rng.integers(0, 2, (n, c, h, w))
-        cols = 2 * np.arange(w)[None, :] + rng.integers(0, 2, (n, c, h, w))
-        flat = rows * (2 * w) + cols
-        jax_indices, torch_indices = jnp.asarray(flat, jnp.int32), torch.from_numpy(flat)
-        return (lambda x: eval(jax_code, dict(scope, x=x, indices=jax_indices)),
-                lambda x: eval(torch_code, dict(scope, x=x, indices=torch_indices)))
-    return (lambda x: eval(jax_code, dict(scope, x=x)),
-            lambda x: eval(torch_code, dict(scope, x=x)))
+    peer_code = compile(cell.peer, cell.name, "eval") if cell.peer else None
+    return (lambda x: eval(jax_code, dict(jax_scope, x=x)),
+            lambda x: eval(torch_code, dict(torch_scope, x=x)),
+            peer_code and (lambda x: eval(peer_code, dict(jax_scope, x=x))))
 
 
 def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
@@ -102,7 +205,7 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
 
     rng = np.random.default_rng(0)
     x64 = rng.standard_normal(cell.shape)
-    jax_op, torch_op = _ops(cell, x64)
+    jax_op, torch_op, peer = _ops(cell, x64)
     x = jax.device_put(jnp.asarray(x64, jnp.float32), device.jax_device)
     t = torch.from_numpy(x64.astype(np.float32)).to(device.torch_device)
     ready = jax.block_until_ready
@@ -110,6 +213,8 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
         jitted = jax.jit(jax_op)
         f = lambda: ready(jax_op(x))  # noqa: E731
         jaxes = {"jaxpool": f, "jit": lambda: ready(jitted(x))}
+        if peer:
+            jaxes["jax peer"] = lambda: ready(peer(x))
 
         def torch_side():
             with torch.no_grad():
@@ -122,6 +227,9 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
         jitted = jax.jit(grad)
         jaxes = {"jaxpool": lambda: ready(grad(x)), "jit": lambda: ready(jitted(x)),
                  "jax floor": lambda: ready(floor(x))}
+        if peer:
+            peer_grad = jax.grad(lambda a: jnp.sum(jnp.square(peer(a))))
+            jaxes["jax peer"] = lambda: ready(peer_grad(x))
         leaf = t.detach().requires_grad_(True)
 
         def torch_side():
@@ -135,6 +243,8 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
         vjp = lambda a, c: jax.vjp(jax_op, a)[1](c)[0]  # noqa: E731
         jitted = jax.jit(vjp)
         jaxes = {"jaxpool": lambda: ready(vjp(x, ct)), "jit": lambda: ready(jitted(x, ct))}
+        if peer:
+            jaxes["jax peer"] = lambda: ready(jax.vjp(peer, x)[1](ct)[0])
         leaf = t.detach().requires_grad_(True)
         tct = torch.from_numpy(ct64.astype(np.float32)).to(device.torch_device)
 
@@ -195,6 +305,8 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
             fns = {name: _after_python_work(f, gap_us * 1e-6) for name, f in fns.items()}
         want = results["torch"]
         for name, got in results.items():
+            if name == "jax peer" and not cell.peer_is_torchs:
+                continue
             scale = float(np.max(np.abs(want))) or 1.0
             if got.shape != want.shape or np.max(np.abs(got - want)) > 1e-4 * scale:
                 raise AssertionError(f"{cell.name} {mode}: {name} differs from torch")
@@ -210,7 +322,8 @@ def run_cell(cell: Cell, reps: int, min_sample_s: float, device: Device,
             sub = {n: fns[n] for n in group}
             timed.update(measure(sub, reps, min_sample_s) if clock == "wall"
                          else _cpu_times(sub, reps))
-        rows.append({"cell": cell.name, "mode": mode,
+        rows.append({"cell": cell.name + ("" if cell.peer_is_torchs else " (peer wrong)"),
+                     "mode": mode,
                      "ms": {k: v["median_ms"] - gap_us * 1e-3 for k, v in timed.items()},
                      "spread": {k: (v["q75_ms"] - v["q25_ms"]) / 2 for k, v in timed.items()}})
     return rows
@@ -226,16 +339,20 @@ def table(rows: list[dict], device: Device, clock: str = "wall", gap_us: float =
     lines = [f"Median {what} of interleaved samples (± half the interquartile range){after}, "
              f"float32, {device.in_words()}",
              "",
-             "| cell | mode | " + " | ".join(SIDES) + " | jaxpool / torch | jaxpool / jit |",
-             "|---|---|" + "---:|" * (len(SIDES) + 2)]
+             "| cell | mode | " + " | ".join(SIDES)
+             + " | jaxpool / torch | jaxpool / jax peer | jaxpool / jit |",
+             "|---|---|" + "---:|" * (len(SIDES) + 3)]
     for r in rows:
         ms, spread = r["ms"], r["spread"]
         cells = [f"{_fmt(ms[s])} ±{_fmt(spread[s])}" if s in ms else "" for s in SIDES]
         torch_best = min(ms[s] for s in ("torch", "torch-1t") if s in ms)
+        peer = f"{ms['jaxpool'] / ms['jax peer']:.2f}x" if "jax peer" in ms else ""
         lines.append(f"| {r['cell']} | {r['mode']} | " + " | ".join(cells)
-                     + f" | {ms['jaxpool'] / torch_best:.2f}x | {ms['jaxpool'] / ms['jit']:.2f}x |")
+                     + f" | {ms['jaxpool'] / torch_best:.2f}x | {peer}"
+                     + f" | {ms['jaxpool'] / ms['jit']:.2f}x |")
     lines.append("")
-    lines.append("`jaxpool / torch`: over the faster of torch's two thread counts.")
+    lines.append("`jaxpool / torch`: over the faster of torch's two thread counts. `(peer "
+                 "wrong)`: the JAX peer's values are not torch's (timed for its cost).")
     return "\n".join(lines) + "\n"
 
 

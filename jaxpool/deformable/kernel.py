@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
 from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
@@ -90,7 +91,7 @@ def multi_scale_deformable_attention(plan: DeformablePlan, value: jax.Array,
     return _attention(plan, adding, value, locations, weights)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1), recompute=False)
 def _attention(plan: DeformablePlan, adding: str, value: jax.Array, locations: jax.Array,
                weights: jax.Array) -> jax.Array:
     dtype, compute = value.dtype, jnp.dtype(plan.compute_dtype)
@@ -276,7 +277,7 @@ def deform_conv2d(plan: DeformConvPlan, input: jax.Array, offset: jax.Array,
     return _deform_conv2d(plan, adding, input, offset, weight, bias, mask)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1), recompute=False)
 def _deform_conv2d(plan: DeformConvPlan, adding: str, input: jax.Array, offset: jax.Array,
                    weight: jax.Array, bias: jax.Array | None,
                    mask: jax.Array | None) -> jax.Array:

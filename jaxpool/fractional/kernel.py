@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
 from jaxpool.pooling.kernel_max import index_dtype
@@ -90,7 +91,7 @@ def fractional_max_pool(plan: FractionalPlan, x: jax.Array, samples: jax.Array):
     return _fractional_max_pool(plan, adding, x, samples)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1))
 def _fractional_max_pool(plan: FractionalPlan, adding: str, x: jax.Array, samples: jax.Array):
     dims, n, c = plan.dims, plan.batch, plan.channels
     samples = lax.stop_gradient(samples)

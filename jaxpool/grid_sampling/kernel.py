@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import from_plus_zero, rounded
@@ -232,7 +233,7 @@ def grid_sample(plan: GridSamplePlan, x: jax.Array, grid: jax.Array) -> jax.Arra
     return _grid_sample(plan, adding, x, grid)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1), recompute=False)
 def _grid_sample(plan: GridSamplePlan, adding: str, x: jax.Array, grid: jax.Array
                  ) -> jax.Array:
     dtype, compute = x.dtype, jnp.dtype(plan.compute_dtype)
@@ -336,7 +337,7 @@ def _linspace_from_neg_one(steps: int, align: bool, dtype) -> jax.Array:
     return line
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def affine_grid(plan: AffineGridPlan, theta: jax.Array) -> jax.Array:
     dtype, compute = theta.dtype, jnp.dtype(plan.compute_dtype)
     theta = theta.astype(compute)

@@ -9,17 +9,18 @@ writes it in one pass instead of one input-sized copy per padded axis.
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
+from jaxpool.core.program import program
 from jaxpool.padding.plan import PadPlan
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def pad(plan: PadPlan, x: jax.Array, value: jax.Array) -> jax.Array:
+@program(0)
+def pad(plan: PadPlan, x: jax.Array, value: ArrayLike) -> jax.Array:
     """``value`` is an operand (a 0-d array of ``x``'s dtype), so one program serves every
     constant."""
     if plan.mode == "constant":

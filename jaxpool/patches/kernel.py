@@ -10,13 +10,13 @@ to a tangent or a cotangent, never JAX's transpose of their insides. So unfold's
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.extend.core
 import jax.numpy as jnp
 from jax import lax
 
+from jaxpool.core.program import program
 from jaxpool.core.rules import linear_primitive
 from jaxpool.patches.plan import FoldPlan
 
@@ -117,13 +117,13 @@ fold_p: jax.extend.core.Primitive = linear_primitive(
     lambda cotangent, *, plan: [unfold_p.bind(cotangent, plan=plan)], batch=_fold_mapped)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def unfold(plan: FoldPlan, image: jax.Array) -> jax.Array:
     """``[N, C, H, W]`` (or ``[C, H, W]``) ``-> [N, C*kh*kw, L]``: values copied."""
     return unfold_p.bind(image, plan=plan)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def fold(plan: FoldPlan, columns: jax.Array) -> jax.Array:
     """``[N, C*kh*kw, L]`` (or ``[C*kh*kw, L]``) ``-> [N, C, H, W]``: overlaps added in
     torch's order."""

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxpool.core.program import program
 from jaxpool import registry
 from jaxpool.core import checks, docs, dtypes
 from jaxpool.core.types import F, AxisNames, OutputSize, Size  # noqa: F401 (the adapters')
@@ -35,7 +36,7 @@ from jaxpool.strategy_table import current_backend
 
 # --- the compiled programs: one per plan (static, hashable), shape and dtype ------------
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def _mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     y = kernel.window_sums(x.astype(dtypes.compute_dtype(dtype)), plan)
@@ -53,13 +54,13 @@ def _divisor(plan: PoolPlan, rank: int, dtype):
     return jnp.asarray(divisor.reshape(shape), dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
+@program((0, 2))
 def _max(plan: PoolPlan, x: jax.Array, return_indices: bool):
     values, indices = kernel_max.window_max(x, plan, return_indices)
     return (values, indices) if return_indices else values
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
+@program((0, 2))
 def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     # torch: avg_pool(x**p) * prod(kernel), its sign times relu of its magnitude, ** (1/p).
     dtype = x.dtype
@@ -71,7 +72,7 @@ def _power_mean(plan: PoolPlan, x: jax.Array, norm_type: float) -> jax.Array:
     return (total ** (1.0 / norm_type)).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def _global_mean(plan: PoolPlan, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     total = x.astype(dtypes.compute_dtype(dtype)).sum(axis=plan.spatial_axes)

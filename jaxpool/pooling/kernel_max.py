@@ -23,6 +23,7 @@ import numpy as np
 from jax import lax
 
 from jaxpool.resampling import kernel as resampling_kernel
+from jaxpool.core.program import static_array
 from jaxpool.core.rules import tangent_from_adjoint
 from jaxpool.pooling.kernel import fit_axis, pad_axis
 from jaxpool.pooling.plan import PoolPlan
@@ -688,5 +689,5 @@ def _along(values: np.ndarray, axis: int, ndim: int) -> jax.Array:
     shape = [1] * ndim
     shape[axis] = len(values)
     dtype = bool if values.dtype == bool else index_dtype()
-    return jnp.asarray(values.reshape(shape), dtype)
+    return static_array(np.asarray(values, dtype), shape, axis)
 

@@ -17,6 +17,7 @@ from jax.typing import ArrayLike
 from jaxpool import registry
 from jaxpool.halo import kernel as halo
 from jaxpool.resampling import kernel
+from jaxpool.core.program import program
 from jaxpool.core.types import AxisNames
 from jaxpool.pooling.functions import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from jaxpool.registry import Prepared, Spec
@@ -300,5 +301,5 @@ def _last_two(rank: int, channels_last) -> tuple[int, int]:
     return (last - 1, last)
 
 
-_shuffle = jax.jit(kernel.pixel_shuffle, static_argnums=(1, 2))
-_unshuffle = jax.jit(kernel.pixel_unshuffle, static_argnums=(1, 2))
+_shuffle = program((1, 2))(kernel.pixel_shuffle)
+_unshuffle = program((1, 2))(kernel.pixel_unshuffle)

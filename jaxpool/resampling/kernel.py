@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 from jax.interpreters import ad, batching, mlir
 
+from jaxpool.core.program import program
 from jaxpool.pooling.kernel import repeat
 from jaxpool.core.nonfinite import matmul_in_place, matmul_keeping_nonfinite
 from jaxpool.resampling.plan import AxisSampling, ResamplePlan, Windows
@@ -423,7 +424,7 @@ def pixel_unshuffle(x: jax.Array, factor: int, channels_last: bool) -> jax.Array
     return y.reshape(lead + (c * r * r, hr // r, wr // r))
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def run(plan: ResamplePlan, x: jax.Array) -> jax.Array:
     """One compiled program per plan, shape and dtype. Half precision computes in float32
     and rounds once (the nearest modes copy, in the input's dtype)."""
@@ -434,7 +435,7 @@ def run(plan: ResamplePlan, x: jax.Array) -> jax.Array:
     return resample(x.astype(compute), plan).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
+@program((1, 2))
 def channel_shuffle(x: jax.Array, groups: int, axis: int) -> jax.Array:
     """Channel ``g*(C/groups) + k`` goes to ``k*groups + g`` along ``axis``: a reshape and
     a transpose, every value copied."""

@@ -21,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
@@ -130,7 +131,7 @@ def _batch_index(rois, n):
     return jnp.where(known, index, 0).astype(jnp.int32), known
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1))
 def _roi_align(plan: RoiAlignPlan, adding: str, x: jax.Array, rois: jax.Array) -> jax.Array:
     dtype, compute = x.dtype, jnp.dtype(plan.compute_dtype)
     if 0 in plan.out_shape:
@@ -326,7 +327,7 @@ def _round_half_away(x):
 def roi_pool(plan: RoiPoolPlan, x: jax.Array, rois: jax.Array) -> jax.Array:
     """The plan's ``roi_pool`` (position-sensitive: ``ps_roi_pool``) on ``x`` and
     ``rois``."""
-    return _roi_pool(plan, _adding(), x, rois)
+    return _roi_pool(plan, _adding(), x, rois, False)
 
 
 def roi_pool_argmax(plan: RoiPoolPlan, x: jax.Array, rois: jax.Array) -> jax.Array:
@@ -434,9 +435,9 @@ def _pick_jvp(primals, tangents):
     return _pick(taps, winner), tangent
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4))
+@program((0, 1, 4))
 def _roi_pool(plan: RoiPoolPlan, adding: str, x: jax.Array, rois: jax.Array,
-              argmax: bool = False) -> jax.Array:
+              argmax: bool) -> jax.Array:
     dtype, compute = x.dtype, jnp.dtype(plan.compute_dtype)
     if 0 in plan.out_shape:
         return jnp.zeros(plan.out_shape, dtype)
@@ -528,7 +529,7 @@ def levels(plan: MultiScalePlan, rois: jax.Array) -> jax.Array:
                      jnp.nan_to_num(level) - plan.k_min).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@program((0, 1))
 def _multi_scale(plan: MultiScalePlan, adding: str, features: tuple,
                  rois: jax.Array) -> jax.Array:
     align = plan.align

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxpool.core.program import program
 from jaxpool.unpooling.plan import UnpoolPlan
 from jaxpool.pooling.windows import window_families
 
@@ -53,7 +54,7 @@ def _tap_masks(plan: UnpoolPlan, indices: jax.Array) -> dict:
     return masks
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def max_unpool(plan: UnpoolPlan, x: jax.Array, indices: jax.Array) -> jax.Array:
     """torch's output: zeros, and each value at the element its index names."""
     if plan.strategy == "interleave":
@@ -184,11 +185,11 @@ def _unplaced(plan: UnpoolPlan, indices: jax.Array) -> jax.Array:
     return ~functools.reduce(jnp.logical_or, _tap_masks(plan, indices).values())
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def _placed_and_unplaced(plan: UnpoolPlan, x: jax.Array, indices: jax.Array):
     return max_unpool(plan, x, indices), jnp.sum(_unplaced(plan, indices), dtype=jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@program(0)
 def _first_unplaced(plan: UnpoolPlan, indices: jax.Array) -> jax.Array:
     return jnp.argmax(_unplaced(plan, indices).reshape(-1))
