@@ -9,6 +9,7 @@ import dataclasses
 from typing import Sequence
 
 from jaxpool.core import checks, dtypes
+from jaxpool.core.memo import memoized_plan
 
 OP = "multi_scale_deformable_attention"
 
@@ -113,6 +114,7 @@ def _points(points_per_level, levels: int) -> tuple:
     return points
 
 
+@memoized_plan
 def plan_multi_scale_deformable_attention(
         value_shape: Sequence[int], value_dtype: str, spatial_shapes,
         locations_shape: Sequence[int], locations_dtype: str,
@@ -257,6 +259,7 @@ def _conv_pair(value, name: str, least: int) -> tuple:
     return pair
 
 
+@memoized_plan
 def plan_deform_conv2d(input_shape: Sequence[int], input_dtype: str,
                        offset_shape: Sequence[int], offset_dtype: str,
                        weight_shape: Sequence[int], weight_dtype: str,

@@ -25,6 +25,7 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
 import numpy as np
 
 from jaxpool.core import checks, dtypes
+from jaxpool.core.memo import memoized_plan
 
 
 
@@ -94,6 +95,7 @@ def step(in_size: int, out_size: int, kernel: int, dtype: str) -> float:
         return float(t(t(in_size - kernel) / t(out_size - 1)))
 
 
+@memoized_plan
 def plan_fractional(name: str, input_shape: Sequence[int], dtype, dims: int, kernel_size,
                     output_size, output_ratio, samples_shape, samples_dtype,
                     have_key: bool, channels_last) -> FractionalPlan:

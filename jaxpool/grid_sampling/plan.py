@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxpool.core import dtypes
+from jaxpool.core.memo import memoized_plan
 from jaxpool.core.stack import find_stack_level
 
 # In torch's order: ATen's grid_sampler codes each by its position (jaxpool.torchax reads them).
@@ -49,6 +50,7 @@ class GridSamplePlan:
         return (self.batch, self.channels) + self.out_spatial
 
 
+@memoized_plan
 def plan_grid_sample(input_shape: Sequence[int], input_dtype: str, grid_shape: Sequence[int],
                      grid_dtype: str, mode: str, padding_mode: str, align_corners,
                      channels_last: bool) -> GridSamplePlan:
@@ -116,6 +118,7 @@ class AffineGridPlan:
         return dtypes.compute_dtype(self.dtype)
 
 
+@memoized_plan
 def plan_affine_grid(theta_shape: Sequence[int], theta_dtype: str, size,
                      align_corners) -> AffineGridPlan:
     """torch's checks (``F.affine_grid``)."""

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxpool.core import checks, dtypes
+from jaxpool.core.memo import memoized_plan
 
 
 
@@ -180,6 +181,7 @@ def _check_groups(op: str, channels: int, pooled: tuple, input_shape) -> None:
                          f"+ j), got input of shape {tuple(input_shape)}")
 
 
+@memoized_plan
 def plan_roi_align(input_shape: Sequence[int], input_dtype: str, boxes_shape: Sequence[int],
                    boxes_dtype: str, output_size, spatial_scale, sampling_ratio, aligned,
                    max_sampling_ratio, channels_last, boxes=None, *, op: str = "roi_align",
@@ -313,6 +315,7 @@ def bin_edges(rois: np.ndarray, spatial_scale: float, pooled: tuple, limits: tup
     return edges[0], edges[1], usable
 
 
+@memoized_plan
 def plan_roi_pool(input_shape: Sequence[int], input_dtype: str, boxes_shape: Sequence[int],
                   boxes_dtype: str, output_size, spatial_scale, max_bin_size, channels_last,
                   boxes=None, *, op: str = "roi_pool", position_sensitive: bool = False
@@ -414,6 +417,7 @@ def box_levels(rois: np.ndarray, k_min: int, k_max: int, canonical_scale: float,
     return np.where(np.isnan(level), -1, np.nan_to_num(level) - k_min).astype(np.int64)
 
 
+@memoized_plan
 def plan_multi_scale_roi_align(feature_shapes: Sequence[tuple], feature_dtypes: Sequence[str],
                                boxes_shape: Sequence[int], boxes_dtype: str, output_size,
                                sampling_ratio, image_shapes, canonical_scale, canonical_level,
