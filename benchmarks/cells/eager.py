@@ -184,17 +184,20 @@ def _ops(cell: Cell, x64: np.ndarray):
     from benchmarks.cells.roi import _torch_roi_align
 
     extras = _extras(cell, x64)
+    jax_extras = {k: jnp.asarray(v) for k, v in extras.items()}
     jax_scope = {"jaxpool": jaxpool, "jax": jax, "jnp": jnp, "lax": lax, "peers": _Peers,
-                 "_SAME": _SAME, **{k: jnp.asarray(v) for k, v in extras.items()}}
+                 "_SAME": _SAME, **jax_extras}
     torch_scope = {"F": F, "torchvision_roi_align": _torch_roi_align,
                    **{k: torch.from_numpy(v) for k, v in extras.items()}}
     # compiled once: an eval of the text would cost each eager call its parsing
     jax_code = compile(cell.jax_op, cell.name, "eval")
     torch_code = compile(cell.torch_op, cell.name, "eval")
     peer_code = compile(cell.peer, cell.name, "eval") if cell.peer else None
-    return (lambda x: eval(jax_code, dict(jax_scope, x=x)),
+    # jaxpool's op takes the other arrays too, so that its jitted side gets them as
+    # arguments, as the eager call does (closed over, XLA would fold a grid's coordinates)
+    return (lambda x, e=jax_extras: eval(jax_code, dict(jax_scope, x=x, **e)),
             lambda x: eval(torch_code, dict(torch_scope, x=x)),
-            peer_code and (lambda x: eval(peer_code, dict(jax_scope, x=x))))
+            peer_code and (lambda x: eval(peer_code, dict(jax_scope, x=x))), jax_extras)
 
 
 def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
@@ -205,14 +208,14 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
 
     rng = np.random.default_rng(0)
     x64 = rng.standard_normal(cell.shape)
-    jax_op, torch_op, peer = _ops(cell, x64)
+    jax_op, torch_op, peer, extras = _ops(cell, x64)
     x = jax.device_put(jnp.asarray(x64, jnp.float32), device.jax_device)
     t = torch.from_numpy(x64.astype(np.float32)).to(device.torch_device)
     ready = jax.block_until_ready
     if mode == "fwd":
         jitted = jax.jit(jax_op)
         f = lambda: ready(jax_op(x))  # noqa: E731
-        jaxes = {"jaxpool": f, "jit": lambda: ready(jitted(x))}
+        jaxes = {"jaxpool": f, "jit": lambda: ready(jitted(x, extras))}
         if peer:
             jaxes["jax peer"] = lambda: ready(peer(x))
 
@@ -222,10 +225,10 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
             device.sync_torch()
             return y
     elif mode == "grad":
-        grad = jax.grad(lambda a: jnp.sum(jnp.square(jax_op(a))))
+        grad = jax.grad(lambda a, e=extras: jnp.sum(jnp.square(jax_op(a, e))))
         floor = jax.grad(lambda a: jnp.sum(jnp.square(a)))
         jitted = jax.jit(grad)
-        jaxes = {"jaxpool": lambda: ready(grad(x)), "jit": lambda: ready(jitted(x)),
+        jaxes = {"jaxpool": lambda: ready(grad(x)), "jit": lambda: ready(jitted(x, extras)),
                  "jax floor": lambda: ready(floor(x))}
         if peer:
             peer_grad = jax.grad(lambda a: jnp.sum(jnp.square(peer(a))))
@@ -240,9 +243,10 @@ def _sides(cell: Cell, mode: str, device: Device) -> tuple[dict, dict]:
         y = jax_op(x)
         ct64 = rng.standard_normal(y.shape)
         ct = jax.device_put(jnp.asarray(ct64, jnp.float32), device.jax_device)
-        vjp = lambda a, c: jax.vjp(jax_op, a)[1](c)[0]  # noqa: E731
+        vjp = lambda a, c, e=extras: jax.vjp(lambda b: jax_op(b, e), a)[1](c)[0]  # noqa: E731
         jitted = jax.jit(vjp)
-        jaxes = {"jaxpool": lambda: ready(vjp(x, ct)), "jit": lambda: ready(jitted(x, ct))}
+        jaxes = {"jaxpool": lambda: ready(vjp(x, ct)),
+                 "jit": lambda: ready(jitted(x, ct, extras))}
         if peer:
             jaxes["jax peer"] = lambda: ready(jax.vjp(peer, x)[1](ct)[0])
         leaf = t.detach().requires_grad_(True)
