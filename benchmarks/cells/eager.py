@@ -21,8 +21,9 @@ sees them. Modes, each timed as interleaved samples:
 ``jax.image.resize``, ``lax.reduce_window`` as flax's pooling calls it, a gather or a
 scatter port), called and differentiated eagerly as jaxpool is: the issue's eager target
 is jaxpool's eager gradient at or below it. A peer marked ``wrong`` computes other values
-than torch (``jax.image.resize``'s nearest at a scale that is not an integer,
-``map_coordinates``' border): timed for its cost, never counted as a correct peer.
+than torch (``map_coordinates``' border): timed for its cost, never counted as a correct
+peer. The jitted side takes the cell's other arrays (indices, grid, boxes) as arguments,
+as the eager call does.
 
 Every call waits for its result. ``--gap-us N`` does N microseconds of Python work before
 each call, on every side, and leaves it out of the times: eager code runs Python between
@@ -152,7 +153,7 @@ class _Peers:
 
 
 def _extras(cell: Cell, x64: np.ndarray) -> dict:
-    """The arrays a cell's expressions read besides ``x``, as (JAX, torch) pairs."""
+    """The arrays a cell's expressions read besides ``x`` (numpy, by name)."""
     extras = {}
     n, c, h, w = x64.shape[:4]
     rng = np.random.default_rng(1)
@@ -172,8 +173,8 @@ def _extras(cell: Cell, x64: np.ndarray) -> dict:
 
 
 def _ops(cell: Cell, x64: np.ndarray):
-    """jaxpool's op, torch's and the JAX peer's (None without one), as functions of the
-    input alone."""
+    """jaxpool's op (of the input and, by default the cell's, other arrays), torch's and
+    the JAX peer's (None without one), both of the input alone, and the other arrays."""
     import jax
     import jax.numpy as jnp
     import torch

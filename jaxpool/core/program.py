@@ -70,7 +70,6 @@ def static_array(values: np.ndarray, shape: Sequence[int], axis: int) -> jax.Arr
         runs = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if values[a]]
         if len(runs) <= _MAX_RUNS:
             position = lax.broadcasted_iota(jnp.int32, shape, axis)
-            # (not all True: the first run starts after 0 or the last stops before the end)
             inside = [(position >= start) & (position < stop) for start, stop in runs]
             return functools.reduce(jnp.logical_or, inside)
     elif np.issubdtype(values.dtype, np.integer):
@@ -78,5 +77,5 @@ def static_array(values: np.ndarray, shape: Sequence[int], axis: int) -> jax.Arr
         if np.all(steps == steps[0]):
             position = lax.broadcasted_iota(values.dtype, shape, axis)
             first, step = values.dtype.type(values[0]), values.dtype.type(steps[0])
-            return position * step + first if step != 1 else position + first
+            return position * step + first
     return jnp.asarray(values.reshape(shape))
