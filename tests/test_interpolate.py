@@ -113,7 +113,7 @@ def test_nearest_rules_differ_where_torch_does():
 # One case per strategy and mode: (input shape, kwargs, channels_last)
 CASES = {
     "nearest x2 (repeat)": ((2, 3, 6, 5), {"scale_factor": 2}),
-    "nearest 1d ragged (picks)": ((2, 3, 7), {"size": 17}),
+    "nearest 1d ragged (picks, copy-sums)": ((2, 3, 7), {"size": 16}),
     "nearest 3d scale 1.7 (phases, copies)": ((1, 2, 3, 4, 5), {"scale_factor": 1.7}),
     "nearest-exact 2d down": ((2, 3, 9, 10), {"size": (4, 3), "mode": "nearest-exact"}),
     "bilinear x2 (phases)": ((2, 3, 12, 11), {"scale_factor": 2, "mode": "bilinear"}),
@@ -152,12 +152,20 @@ def _torch(x: np.ndarray, kwargs, channels_last=False):
     return F.interpolate(t, **kwargs).numpy()
 
 
+def _strategies(shape, kwargs) -> set:
+    """The strategies of a call's axes, and of their transposes where the derivative is
+    the transposed plan's map."""
+    _, plan = plan_interpolate("", shape, np.float64, **kwargs)
+    if plan is None:
+        return set()
+    return set(plan.strategies) | {axis.transposed().strategy() for axis in plan.axes
+                                   if axis.strategy() in ("filter-phases", "picks")}
+
+
 def test_every_strategy_has_a_case():
     strategies = set()
     for shape, kwargs in CASES.values():
-        _, plan = plan_interpolate("", shape, np.float64, **kwargs)
-        if plan is not None:
-            strategies |= set(plan.strategies)
+        strategies |= _strategies(shape, kwargs)
     assert strategies == set(resampling_plan.SAMPLING_STRATEGIES) - {"identity"}, strategies
 
 
@@ -283,7 +291,7 @@ def test_half_precision_as_torch(dtype, rng):
     partial sums to half precision, so the interpolating modes agree to about one half
     ulp of the values; the nearest modes copy, bit for bit."""
     tdtype = getattr(torch, dtype)
-    for name in ("nearest 1d ragged (picks)", "bicubic (matrix)"):
+    for name in ("nearest 1d ragged (picks, copy-sums)", "bicubic (matrix)"):
         shape, kwargs = CASES[name]
         t = torch.randn(shape).to(tdtype)
         x = jnp.asarray(t.float().numpy()).astype(dtype)
@@ -311,7 +319,8 @@ def test_channels_last_is_the_transposed_call(name, rng):
 # One case per strategy (each transform compiles a program of its own): the default run
 # takes every other one in the transforms test and the others in the tangents test (a
 # nearest case in each), -m slow every case in both (and every case of CASES in the first).
-TRANSFORM_CASES = ["nearest 1d ragged (picks)", "nearest 3d scale 1.7 (phases, copies)",
+TRANSFORM_CASES = ["nearest 1d ragged (picks, copy-sums)",
+                   "nearest 3d scale 1.7 (phases, copies)",
                    "bilinear align_corners (matrix)", "bicubic arbitrary scale (selections)",
                    "bilinear antialias large (filter-phases)",
                    "bicubic antialias large (window-sums)"]
@@ -418,7 +427,7 @@ DERIVATIVE_CASES = {
 def test_every_strategy_has_a_derivative_case():
     strategies = set()
     for shape, kwargs in DERIVATIVE_CASES.values():
-        strategies |= set(plan_interpolate("", shape, np.float64, **kwargs)[1].strategies)
+        strategies |= _strategies(shape, kwargs)
     assert strategies == set(resampling_plan.SAMPLING_STRATEGIES) - {"identity"}, strategies
 
 
@@ -584,3 +593,37 @@ def test_non_finite_derivatives_stay_where_torch_puts_them(name, rng):
     for mode, ways in everything(jnp.asarray(x), inputs).items():
         for way, value in ways.items():
             _same_mask(value, expected[mode], f"{name}, {way}")
+
+
+def _exact_sums(shape, rng):
+    """Values whose sums of a few are exact (so any order of addition gives torch's bits),
+    with ``-0``, ``+0``, NaN and both infinities among them."""
+    pool = np.array([-0.0, 0.0, -0.0, 1.5, -2.25, 0.5, np.nan, np.inf, -np.inf])
+    return rng.choice(pool, size=shape)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("largest", [
+    5, pytest.param(9, marks=pytest.mark.slow)])
+def test_copies_derivatives_are_torchs_bits_on_every_small_extent(mode, largest, rng):
+    """The nearest modes copy: torch's backward adds each output's cotangent into a zeroed
+    gradient (so ``+0`` where every added value is ``-0``, NaN and inf only where an output
+    that copies the element brings them), its forward-mode tangent is a copy (``-0`` kept).
+    Every extent pair up to ``largest``, bit for bit, zero signs and NaN included."""
+    for n, k in itertools.product(range(1, largest + 1), repeat=2):
+        kwargs = {"size": k, "mode": mode}
+        x = rng.standard_normal((1, 2, n))
+        cotangent, tangent = _exact_sums((1, 2, k), rng), _exact_sums((1, 2, n), rng)
+        f = _resize(kwargs)
+        value, vjp = jax.vjp(f, jnp.asarray(x))
+        grad = np.asarray(vjp(jnp.asarray(cotangent))[0])
+        jvp = np.asarray(jax.jvp(f, (jnp.asarray(x),), (jnp.asarray(tangent),))[1])
+        xt = torch.from_numpy(x).requires_grad_()
+        (expected,) = torch.autograd.grad(F.interpolate(xt, **kwargs), xt,
+                                          torch.from_numpy(cotangent))
+        copied = F.interpolate(torch.from_numpy(tangent), **kwargs).numpy()
+        for name, actual, wanted in (("vjp", grad, expected.numpy()), ("jvp", jvp, copied)):
+            same = (np.array_equal(actual, wanted, equal_nan=True)
+                    and np.array_equal(np.signbit(actual), np.signbit(wanted)))
+            assert same, f"{mode} {n} -> {k} {name}: {actual} != {wanted}"

@@ -151,7 +151,8 @@ def local_sampling(plan: AxisSampling, halo: AxisHalo, shard: int) -> AxisSampli
     own = range(shard * halo.out_block, (shard + 1) * halo.out_block)
     return AxisSampling(hi - lo, halo.out_block,
                         tuple(tuple(t - origin for t in plan.taps[i]) for i in own),
-                        tuple(plan.weights[i] for i in own), plan.copies, plan.backend)
+                        tuple(plan.weights[i] for i in own), copies=plan.copies,
+                        sums=plan.sums, backend=plan.backend)
 
 
 # --- pad: every output row a copy of an input row, or the constant -------------------------

@@ -20,6 +20,7 @@ from jax.interpreters import ad, batching, mlir
 from jaxpool.core.program import program
 from jaxpool.pooling.kernel import repeat
 from jaxpool.core.nonfinite import matmul_in_place, matmul_keeping_nonfinite
+from jaxpool.core.rules import from_plus_zero
 from jaxpool.resampling.plan import AxisSampling, ResamplePlan, Windows
 
 
@@ -34,6 +35,9 @@ def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
 
 def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     strategy = plan.strategy()
+    if plan.copies and strategy in ("identity", "phases", "picks"):
+        # The transpose adds into a zeroed gradient (``copy-sums``), as torch's backward.
+        return _linear_resample_p.bind(x, axis=axis, plan=plan)
     if strategy == "identity":
         return x
     if strategy == "nonfinite-to-nan":
@@ -43,10 +47,8 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         return repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "phases":
         return _phases(x, axis, plan)
-    if strategy == "filter-phases":
+    if strategy in ("filter-phases", "copy-sums"):
         return _linear_resample_p.bind(x, axis=axis, plan=plan)
-    if strategy == "picks":
-        return _with_tap_sums_tangent(x, axis, plan, _picks, copies=True)
     if strategy == "selections":
         return _with_tap_sums_tangent(x, axis, plan, _selections)
     if strategy == "window-sums":
@@ -123,7 +125,7 @@ def _picks(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     compiled slower, more so the longer the windows: BENCHMARKS.md, "Compile time, and the
     windows that replaced one slice per run"; evidence ``_picks``.)"""
     windows = plan.windows()
-    assert windows.local is not None  # one tap per output
+    assert len(windows.local) == 1 and windows.local[0].min() >= 0  # one tap per output
     return _outputs(_pick(_window_positions(x, axis, windows), axis, windows.local[0]), axis,
                     plan.out_size)
 
@@ -133,7 +135,7 @@ def _selections(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     weights a constant array: torch's products, two or four per output, for an arbitrary
     scale (a matrix product would spend ``in`` multiply-adds per output)."""
     windows = plan.windows()
-    assert windows.local is not None  # chosen only for equal tap counts
+    assert all(local.min() >= 0 for local in windows.local)  # only for equal tap counts
     positions = _window_positions(x, axis, windows)
     trailing = (1,) * (x.ndim - axis - 1)
     terms = []
@@ -145,8 +147,37 @@ def _selections(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
 
 
+def _copy_sums(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    """Each output the sum of its taps (``plan.sums``: none or more, weight 1), in tap
+    order from ``+0``, as torch's backward of a copy adds each output's gradient into a
+    zeroed one: the ``t``-th taps picked as ``_picks`` picks, zero where an output has
+    fewer. Only the taps are read, so NaN and inf reach only the outputs that tap them."""
+    windows = plan.windows()
+    positions = _window_positions(x, axis, windows)
+    trailing = (1,) * (x.ndim - axis - 1)
+    total = None
+    for local in windows.local:
+        term = _pick(positions, axis, np.maximum(local, 0))
+        if local.min() < 0:
+            present = jnp.asarray((local >= 0).reshape(local.shape + trailing))
+            term = jnp.where(present, term, jnp.zeros((), x.dtype))
+        total = term if total is None else total + term
+    if total is None:  # no output taps anything
+        shape = x.shape[:axis] + (windows.count, windows.block) + x.shape[axis + 1:]
+        total = jnp.zeros(shape, x.dtype)
+    return _outputs(from_plus_zero(total), axis, plan.out_size)
+
+
+def _no_taps(x: jax.Array, axis: int, size: int) -> jax.Array:
+    """Zeros for ``size`` outputs along ``axis`` that tap nothing."""
+    return jnp.zeros(x.shape[:axis] + (size,) + x.shape[axis + 1:], x.dtype)
+
+
 def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax.Array:
-    """``sum_t w_t * rows_t`` in tap order, or the one copied row."""
+    """``sum_t w_t * rows_t`` in tap order, or the one copied row, or (``plan.sums``) the
+    rows' sum from ``+0``."""
+    if plan.sums:
+        return from_plus_zero(functools.reduce(jnp.add, rows))
     terms = [row if plan.copies else row * jnp.asarray(w, x.dtype)
              for row, w in zip(rows, weights)]
     return functools.reduce(jnp.add, terms)
@@ -173,7 +204,9 @@ def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
     parts: list[jax.Array] = []
     for run in plan.runs(outputs):
         rows_of_run = [cached(j) for j in plan.taps[run.start]]
-        if len(run) == 1:
+        if not rows_of_run:  # sums: inputs no output copies
+            parts.append(_no_taps(x, axis, len(run)))
+        elif len(run) == 1:
             parts.append(_weighted(x, axis, plan, rows_of_run, plan.weights[run.start]))
         elif plan.copies:
             shape = list(rows_of_run[0].shape)
@@ -219,7 +252,8 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
                             for p, starts in enumerate(phases.starts)]
     else:
         weights_of = list(phases.weights)
-    values = [_weighted(x, axis, plan, [tap(s) for s in starts], weights)
+    values = [_weighted(x, axis, plan, [tap(s) for s in starts], weights) if starts
+              else _no_taps(x, axis, count)  # sums: inputs no output copies
               for starts, weights in zip(phases.starts, weights_of)]
     if phases.period == 1:
         interior = values[0]
@@ -239,10 +273,9 @@ def _phases(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
-def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
-                         copies: bool = False) -> jax.Array:
-    """Values from ``values`` (``_matmul_keeping_nonfinite``, ``_selections``, ``_picks``
-    or ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its
+def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values) -> jax.Array:
+    """Values from ``values`` (``_matmul_keeping_nonfinite``, ``_selections`` or
+    ``_tap_sums`` itself), derivatives from ``_tap_sums`` (the map is linear, so its
     derivative is itself whatever the input holds), which keeps a tangent's or cotangent's
     NaN and inf where torch does.
     The selections' own transpose, a sum of one pad per run, ran far slower than a
@@ -256,13 +289,13 @@ def _with_tap_sums_tangent(x: jax.Array, axis: int, plan: AxisSampling, values,
     @resampled.defjvp
     def resampled_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return resampled(x), _tap_sums(t, axis, plan, copies, stacked=True)
+        return resampled(x), _tap_sums(t, axis, plan, stacked=True)
 
     return resampled(x)
 
 
-def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False,
-              stacked: bool = False) -> jax.Array:
+def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, stacked: bool = False
+              ) -> jax.Array:
     """``sum_t w_t * t[tap_t]`` along ``axis`` (a tangent rule), each output's products
     picked by a select with the constant tap support and summed: a NaN or inf reaches only
     the outputs that tap it, a zero weight included (``0 * inf``), and the transpose (a
@@ -271,8 +304,7 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False,
     the axis. An output that taps one element twice (clamped edges) takes one layer per
     repeat, since ``w1*inf + w2*inf`` is not ``(w1 + w2)*inf``. Each block of outputs
     reads its own window (``plan.windows()``), so the work is ``length`` per output rather
-    than ``in``, and the program's size does not depend on the extents. Where every output
-    copies one element (``copies``), the sum keeps a ``-0`` tangent, as torch's copy does.
+    than ``in``, and the program's size does not depend on the extents.
 
     ``stacked`` (the tangent rule): each window repeated for its block's outputs by
     stacking copies rather than by a broadcast, the same values; the transpose of a
@@ -292,31 +324,8 @@ def _tap_sums(t: jax.Array, axis: int, plan: AxisSampling, copies: bool = False,
     for weights, support in windows.layers:
         w = jnp.asarray(weights.reshape(weights.shape + trailing), t.dtype)
         picked = jnp.asarray(support.reshape(support.shape + trailing))
-        if copies:
-            terms.append(_sum_keeping_zero_signs(
-                jnp.where(picked, spread * w, jnp.asarray(-0.0, t.dtype)), axis + 2))
-        else:
-            terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 2))
+        terms.append(jnp.where(picked, spread * w, jnp.zeros((), t.dtype)).sum(axis=axis + 2))
     return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
-
-
-def _sum_keeping_zero_signs(x: jax.Array, axis: int) -> jax.Array:
-    """``x.sum(axis)`` by halving adds, padded with ``-0``: a reduction starts from ``+0``,
-    so a window whose one picked tangent is ``-0`` would sum to ``+0`` where torch's copy
-    keeps ``-0``; ``-0`` is the one exact identity of addition. ``log2`` of the window's
-    length adds, each a slice of the last (on the interpolating modes, whose zero signs
-    are rounding's, they cost 10-90% more compile time than the reduction)."""
-    n = x.shape[axis]
-    width = 1 << max(n - 1, 0).bit_length()
-    if width > n:
-        pads = [(0, 0)] * x.ndim
-        pads[axis] = (0, width - n)
-        x = jnp.pad(x, pads, constant_values=jnp.asarray(-0.0, x.dtype))
-    while width > 1:
-        width //= 2
-        x = (jax.lax.slice_in_dim(x, 0, width, axis=axis)
-             + jax.lax.slice_in_dim(x, width, 2 * width, axis=axis))
-    return jax.lax.squeeze(x, (axis,))
 
 
 def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
@@ -332,17 +341,25 @@ def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> ja
 
 def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``plan``'s values by its strategy's forward (no derivative rule): of the plans
-    ``filter-phases`` takes and their transposes (never copies, never one extent)."""
+    ``_linear_resample_p`` takes (``filter-phases``, the copies' ``identity``, ``phases``
+    and ``picks``, ``copy-sums``) and their transposes."""
     strategy = plan.strategy()
+    if strategy == "identity":
+        return x
+    if strategy == "picks":
+        return _picks(x, axis, plan)
+    if strategy == "copy-sums":
+        return _copy_sums(x, axis, plan)
     if strategy in ("phases", "filter-phases"):
         phases = plan.phases()
         assert phases is not None  # chosen only for a periodic axis
-        if axis == x.ndim - 1 and phases.period > 1:
+        if axis == x.ndim - 1 and phases.period > 1 and not (plan.copies or plan.sums):
             # Along the minor axis XLA:CPU interleaves the phases element by element: the
             # axis swapped with the one before it, computed there and swapped back, which is
             # faster (BENCHMARKS.md, cell `bilinear antialias 512 -> 224, 8x3`); a period of
             # 1 has nothing to interleave, and swapping it only costs (cell
-            # `bilinear antialias 336 -> 112, 8x3`).
+            # `bilinear antialias 336 -> 112, 8x3`). Copies and their sums are sliced where
+            # they lie, as before they went through this map.
             swapped = _phases(jnp.swapaxes(x, axis - 1, axis), axis - 1, plan)
             return jnp.swapaxes(swapped, axis - 1, axis)
         return _phases(x, axis, plan)

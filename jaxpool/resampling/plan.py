@@ -34,7 +34,7 @@ bfloat16 and float32 inputs (torch's ``opmath`` type), ``float64`` for float64."
 MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 
 SAMPLING_STRATEGIES = ("identity", "nonfinite-to-nan", "repeat", "phases", "filter-phases",
-                       "picks", "selections", "window-sums", "matrix")
+                       "picks", "copy-sums", "selections", "window-sums", "matrix")
 """How an axis is computed (see :func:`choose_sampling_strategy`)."""
 
 # An axis whose outputs repeat their taps every `period` outputs (shifted by a fixed step)
@@ -74,6 +74,9 @@ class AxisSampling:
     Output ``i`` is ``sum_t weights[i][t] * x[taps[i][t]]``, every product computed (a
     zero weight included, as torch does). ``copies``: every output is one element of the
     input, copied (the nearest modes, and the axes torch copies): no arithmetic at all.
+    ``sums``: every output is the sum of its taps (none or more, every weight 1), added in
+    tap order from ``+0``, as torch's backward of a copy adds into a zeroed gradient: the
+    transpose of ``copies``.
     """
 
     in_size: int
@@ -81,6 +84,7 @@ class AxisSampling:
     taps: tuple[tuple[int, ...], ...]
     weights: tuple[tuple[float, ...], ...]
     copies: bool = False
+    sums: bool = False
     backend: str = "cpu"  # whose strategies (jaxpool.strategy_table)
 
     def strategy(self) -> str:
@@ -138,7 +142,8 @@ class Windows:
     whatever the ratio and extents, and the work is ``length`` per output.
 
     ``local[t]``: ``[count, block]``, the position of each output's tap ``t`` in its
-    window (None unless every output has the same number of taps). ``layers``:
+    window, ``-1`` where the output has fewer taps (the padded outputs read position 0).
+    ``layers``:
     ``(weights, support)``, both ``[count, block, length]``, one layer per repeat of a tap
     within an output: output ``i``'s ``r``-th product with window position ``j``."""
 
@@ -148,7 +153,7 @@ class Windows:
     stride: int
     start: int
     length: int
-    local: tuple[np.ndarray, ...] | None
+    local: tuple[np.ndarray, ...]
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
 
     @property
@@ -183,10 +188,22 @@ def _window_grid(lows: np.ndarray, highs: np.ndarray, block: int):
     return best
 
 
+def _spans(taps: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Each output's lowest and highest tap; an output with none (an input of a downscale
+    that no output copies, in the transposed plan) takes its neighbour's, so that it
+    lengthens no window."""
+    known = [(min(t), max(t)) for t in taps if t]
+    previous = known[0] if known else (0, 0)
+    spans = []
+    for t in taps:
+        previous = (min(t), max(t)) if t else previous
+        spans.append(previous)
+    return np.array([s[0] for s in spans]), np.array([s[1] for s in spans])
+
+
 @functools.lru_cache(maxsize=256)
 def _windows(plan: AxisSampling) -> Windows:
-    lows = np.array([min(t) for t in plan.taps])
-    highs = np.array([max(t) for t in plan.taps])
+    lows, highs = _spans(plan.taps)
     # The work is about out * length: the block whose windows are shortest for their
     # blocks' (a stride off the outputs' slope drifts, lengthening every window).
     best = None
@@ -200,18 +217,18 @@ def _windows(plan: AxisSampling) -> Windows:
         best = (0, plan.out_size, _window_grid(lows, highs, plan.out_size))
     _, block, (stride, start, length) = best
     count = -(-plan.out_size // block)
-    ntaps = len(plan.taps[0])
-    local = None
-    if all(len(t) == ntaps for t in plan.taps):
-        local = tuple(np.zeros((count, block), np.int64) for _ in range(ntaps))
+    local = tuple(np.zeros((count, block), np.int64)
+                  for _ in range(max(len(t) for t in plan.taps)))
+    for i, taps in enumerate(plan.taps):
+        for t in range(len(taps), len(local)):
+            local[t][divmod(i, block)] = -1
     layers: list[tuple[np.ndarray, np.ndarray]] = []
     for i, (taps, weights) in enumerate(zip(plan.taps, plan.weights)):
         b, o = divmod(i, block)
         first = start + b * stride
         seen: dict[int, int] = {}
         for t, (j, w) in enumerate(zip(taps, weights)):
-            if local is not None:
-                local[t][b, o] = j - first
+            local[t][b, o] = j - first
             r = seen.get(j, 0)
             seen[j] = r + 1
             if r == len(layers):
@@ -230,8 +247,11 @@ def _transposed(plan: AxisSampling) -> AxisSampling:
         for j, w in zip(row, ws):
             taps[j].append(i)
             weights[j].append(w)
+    # Copies and sums are each other's transposes (each output of the transposed sums
+    # taps one input, with weight 1).
     return AxisSampling(plan.out_size, plan.in_size, tuple(map(tuple, taps)),
-                        tuple(map(tuple, weights)), backend=plan.backend)
+                        tuple(map(tuple, weights)), copies=plan.sums, sums=plan.copies,
+                        backend=plan.backend)
 
 
 @functools.lru_cache(maxsize=256)
@@ -353,7 +373,10 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
       within 116 outputs);
     - ``picks``: any other copies (nearest at an arbitrary scale): the outputs in blocks,
       each picked from its block's window of the input by a tree of selects (one level
-      per bit of its position there);
+      per bit of its position there); a linear map whose transpose is ``copy-sums``;
+    - ``copy-sums``: the transpose of copies (``plan.sums``): each output's taps picked as
+      ``picks`` picks them, added in tap order from ``+0``; ``phases`` where they repeat
+      within as many slices as copies take;
     - ``selections``: an arbitrary scale with the same number of taps per output (linear,
       bicubic): each tap picked as ``picks`` does, times a constant weight vector;
     - ``window-sums``: antialias (whose outputs have different numbers of taps): each
@@ -363,13 +386,23 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
       second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``picks``, ``selections``, ``window-sums`` and ``matrix`` is the
+    The derivative rule of ``selections``, ``window-sums`` and ``matrix`` is the
     window sums (``jaxpool.resampling.kernel._tap_sums``), each window repeated for its block's
     outputs by stacked copies. ``filter-phases`` is a linear map whose tangent is itself
     and whose transpose is the map of ``plan.transposed()`` (each input's sum over the
-    outputs that tap it), computed by the strategy chosen here for that plan.
+    outputs that tap it), computed by the strategy chosen here for that plan; so are
+    ``identity``, ``phases`` and ``picks`` of copies, whose transpose is ``copy-sums`` (a
+    copy's cotangent added into a zeroed gradient, as torch's backward adds it: ``+0``
+    where the transpose of a slice would keep ``-0``).
     """
     n, k = plan.in_size, plan.out_size
+    if plan.sums:
+        phases = plan.phases()
+        slices = None if phases is None else (
+            sum(len(s) for s in phases.starts)
+            + sum(len(plan.taps[i]) for i in range(phases.first))
+            + sum(len(plan.taps[i]) for i in range(phases.stop, k)))
+        return "phases" if slices is not None and slices <= MAX_COPY_SLICES else "copy-sums"
     one_tap = all(len(t) == 1 for t in plan.taps)
     if one_tap and n == k and all(t == (i,) for i, t in enumerate(plan.taps)):
         return "identity"
