@@ -627,3 +627,24 @@ def test_copies_derivatives_are_torchs_bits_on_every_small_extent(mode, largest,
             same = (np.array_equal(actual, wanted, equal_nan=True)
                     and np.array_equal(np.signbit(actual), np.signbit(wanted)))
             assert same, f"{mode} {n} -> {k} {name}: {actual} != {wanted}"
+
+
+@pytest.mark.usefixtures("x64")
+def test_two_upsampling_picks_go_outer_axis_first_with_torchs_derivatives(rng):
+    """Two axes upsampled by picks are resampled outer axis first (``resample_order``):
+    the same copies, derivatives that add in another order, still torch's to rounding."""
+    shape, kwargs = (2, 3, 5, 7), {"size": (17, 16), "mode": "nearest"}
+    _, plan = plan_interpolate("", shape, np.float64, **kwargs)
+    assert plan.strategies == ("picks", "picks") and plan.order == (0, 1)
+    x, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    f = _resize(kwargs)
+    cotangent = rng.standard_normal((2, 3, 17, 16))
+    value, vjp = jax.vjp(f, jnp.asarray(x))
+    tangent = jax.jvp(f, (jnp.asarray(x),), (jnp.asarray(v),))[1]
+    xt = torch.from_numpy(x).requires_grad_()
+    (expected,) = torch.autograd.grad(F.interpolate(xt, **kwargs), xt,
+                                      torch.from_numpy(cotangent))
+    np.testing.assert_array_equal(np.asarray(value), _torch(x, kwargs))
+    np.testing.assert_array_equal(np.asarray(tangent), _torch(v, kwargs))
+    np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(cotangent))[0]), expected.numpy(),
+                               rtol=1e-12, atol=1e-12)

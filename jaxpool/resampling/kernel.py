@@ -25,11 +25,10 @@ from jaxpool.resampling.plan import AxisSampling, ResamplePlan, Windows
 
 
 def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
-    """Resample every spatial axis of ``x`` (laid out as ``plan.input_shape``), the
-    innermost first, as torch's kernels nest their sums (the outermost axis's weights are
-    applied last)."""
-    for axis, axis_plan in reversed(list(zip(plan.spatial_axes, plan.axes))):
-        x = resample_axis(x, axis, axis_plan)
+    """Resample every spatial axis of ``x`` (laid out as ``plan.input_shape``) in the
+    plan's order (:func:`jaxpool.resampling.plan.resample_order`)."""
+    for i in plan.order:
+        x = resample_axis(x, plan.spatial_axes[i], plan.axes[i])
     return x
 
 
