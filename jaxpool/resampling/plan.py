@@ -218,7 +218,7 @@ def _windows(plan: AxisSampling) -> Windows:
     _, block, (stride, start, length) = best
     count = -(-plan.out_size // block)
     local = tuple(np.zeros((count, block), np.int64)
-                  for _ in range(max(len(t) for t in plan.taps)))
+                  for _ in range(max((len(t) for t in plan.taps), default=0)))
     for i, taps in enumerate(plan.taps):
         for t in range(len(taps), len(local)):
             local[t][divmod(i, block)] = -1
@@ -374,9 +374,10 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     - ``picks``: any other copies (nearest at an arbitrary scale): the outputs in blocks,
       each picked from its block's window of the input by a tree of selects (one level
       per bit of its position there); a linear map whose transpose is ``copy-sums``;
-    - ``copy-sums``: the transpose of copies (``plan.sums``): each output's taps picked as
-      ``picks`` picks them, added in tap order from ``+0``; ``phases`` where they repeat
-      within as many slices as copies take;
+    - ``copy-sums``: the transpose of copies (``plan.sums``, on every backend, whatever
+      the table says): each output's taps picked as ``picks`` picks them, added in tap
+      order from ``+0``; ``phases`` where they repeat within as many slices as copies
+      take;
     - ``selections``: an arbitrary scale with the same number of taps per output (linear,
       bicubic): each tap picked as ``picks`` does, times a constant weight vector;
     - ``window-sums``: antialias (whose outputs have different numbers of taps): each
