@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
 from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
+from jaxpool.core.program import program
 from jaxpool.deformable.plan import DeformablePlan, DeformConvPlan
 
 

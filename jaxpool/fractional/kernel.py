@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, sort_order
+from jaxpool.core.program import program
 from jaxpool.pooling.kernel_max import index_dtype
 from jaxpool.fractional.plan import FractionalPlan
 

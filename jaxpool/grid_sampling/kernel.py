@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import from_plus_zero, rounded
+from jaxpool.core.program import program
 from jaxpool.grid_sampling.plan import AffineGridPlan, GridSamplePlan
 
 # --- coordinates ----------------------------------------------------------------------------

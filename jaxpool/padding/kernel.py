@@ -9,7 +9,6 @@ writes it in one pass instead of one input-sized copy per padded axis.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 from jax import lax

@@ -10,7 +10,6 @@ to a tangent or a cotangent, never JAX's transpose of their insides. So unfold's
 
 from __future__ import annotations
 
-
 import jax
 import jax.extend.core
 import jax.numpy as jnp

@@ -34,8 +34,9 @@ def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
 
 def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     strategy = plan.strategy()
-    if plan.copies and strategy in ("identity", "phases", "picks"):
-        # The transpose adds into a zeroed gradient (``copy-sums``), as torch's backward.
+    if strategy in ("filter-phases", "copy-sums") or (plan.copies and strategy != "repeat"):
+        # A linear map whose transpose is the transposed plan's map: for copies, the
+        # ``copy-sums`` that add into a zeroed gradient, as torch's backward does.
         return _linear_resample_p.bind(x, axis=axis, plan=plan)
     if strategy == "identity":
         return x
@@ -46,8 +47,6 @@ def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
         return repeat(x, axis, plan.out_size // plan.in_size)
     if strategy == "phases":
         return _phases(x, axis, plan)
-    if strategy in ("filter-phases", "copy-sums"):
-        return _linear_resample_p.bind(x, axis=axis, plan=plan)
     if strategy == "selections":
         return _with_tap_sums_tangent(x, axis, plan, _selections)
     if strategy == "window-sums":

@@ -192,8 +192,7 @@ def _spans(taps: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
     """Each output's lowest and highest tap; an output with none (an input of a downscale
     that no output copies, in the transposed plan) takes its neighbour's, so that it
     lengthens no window."""
-    known = [(min(t), max(t)) for t in taps if t]
-    previous = known[0] if known else (0, 0)
+    previous = next(((min(t), max(t)) for t in taps if t), (0, 0))
     spans = []
     for t in taps:
         previous = (min(t), max(t)) if t else previous
@@ -398,12 +397,7 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     """
     n, k = plan.in_size, plan.out_size
     if plan.sums:
-        phases = plan.phases()
-        slices = None if phases is None else (
-            sum(len(s) for s in phases.starts)
-            + sum(len(plan.taps[i]) for i in range(phases.first))
-            + sum(len(plan.taps[i]) for i in range(phases.stop, k)))
-        return "phases" if slices is not None and slices <= MAX_COPY_SLICES else "copy-sums"
+        return "phases" if _few_copy_slices(plan) else "copy-sums"
     one_tap = all(len(t) == 1 for t in plan.taps)
     if one_tap and n == k and all(t == (i,) for i, t in enumerate(plan.taps)):
         return "identity"
@@ -415,10 +409,9 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
         return "nonfinite-to-nan"
     if plan.copies and k % n == 0 and all(t == (i * n // k,) for i, t in enumerate(plan.taps)):
         return "repeat"
-    phases = plan.phases()
     if plan.copies:
-        slices = None if phases is None else phases.period + phases.first + k - phases.stop
-        return "phases" if slices is not None and slices <= MAX_COPY_SLICES else "picks"
+        return "phases" if _few_copy_slices(plan) else "picks"
+    phases = plan.phases()
     if n * k <= MAX_SMALL_MATRIX:
         return "matrix"
     ntaps = len(plan.taps[0])
@@ -434,6 +427,17 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
                 and max(n, k) >= MIN_FILTER_PHASE_EXTENT and all(plan.transposed().taps)):
             return "filter-phases"
     return "selections" if equal_taps else "window-sums"
+
+
+def _few_copy_slices(plan: AxisSampling) -> bool:
+    """Copies or their sums repeat with a period, within ``MAX_COPY_SLICES`` slices (one
+    per tap of each phase and of each edge output)."""
+    phases = plan.phases()
+    if phases is None:
+        return False
+    edges = list(range(phases.first)) + list(range(phases.stop, plan.out_size))
+    slices = sum(len(s) for s in phases.starts) + sum(len(plan.taps[i]) for i in edges)
+    return slices <= MAX_COPY_SLICES
 
 
 # --- torch's arithmetic ------------------------------------------------------------------

@@ -21,10 +21,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxpool.core.program import program
 from jaxpool import strategy_table
 from jaxpool.core.gather import read, read_pieces, sort_order
 from jaxpool.core.rules import from_plus_zero, jvp_of_moving, rounded
+from jaxpool.core.program import program
 from jaxpool.roi.plan import (COORDINATE_LIMIT, LEVEL_EPS, MultiScalePlan, RoiAlignPlan,
                               RoiPoolPlan)
 
