@@ -412,7 +412,8 @@ DERIVATIVE_CASES = {
     "repeat": ((1, 2, 3, 4), {"scale_factor": 2}),
     "phases copies": ((1, 2, 5), {"size": 12}),
     "picks": ((1, 2, 3, 2, 3), {"scale_factor": 1.7}),
-    "phases": ((1, 2, 9, 10), {"scale_factor": 2, "mode": "bilinear"}),
+    # (W: 20 -> 40, phases; H small enough for the matrix)
+    "phases": ((1, 2, 3, 20), {"scale_factor": 2, "mode": "bilinear"}),
     "matrix": ((1, 2, 5, 6), {"size": (7, 4), "mode": "bicubic", "align_corners": True}),
     "nonfinite-to-nan": ((1, 2, 4, 5), {"size": (4, 9), "mode": "bilinear"}),
     "selections": ((1, 1, 20, 2), {"size": (27, 2), "mode": "bicubic"}),
@@ -563,7 +564,7 @@ NONFINITE_CASES = {**{f"{name} (derivative case)": case
                    **{name: case for name, case in CASES.items() if name != "area"}}
 DEFAULT_NONFINITE = {f"{name} (derivative case)"
                      for name in default_cases(list(DERIVATIVE_CASES), 2)} | {
-    "trilinear", "bilinear antialias down", "linear 1d down",
+    "phases (derivative case)", "trilinear", "bilinear antialias down", "linear 1d down",
     "bilinear antialias /3 (filter-phases, zero weights)",
     "bilinear antialias large (filter-phases)"}
 
@@ -627,6 +628,40 @@ def test_copies_derivatives_are_torchs_bits_on_every_small_extent(mode, largest,
             same = (np.array_equal(actual, wanted, equal_nan=True)
                     and np.array_equal(np.signbit(actual), np.signbit(wanted)))
             assert same, f"{mode} {n} -> {k} {name}: {actual} != {wanted}"
+
+
+# One axis each, the other small: every weighted route whose reverse mode is the
+# transposed plan's map (``AxisSampling.linear_primitive``).
+TRANSPOSED_MAP_CASES = {
+    "phases": ((1, 2, 3, 20), {"scale_factor": 2, "mode": "bilinear"}),
+    "selections": ((1, 2, 3, 40), {"size": (3, 80), "mode": "bilinear", "align_corners": True}),
+    "bicubic phases": ((1, 2, 20, 2), {"scale_factor": 2, "mode": "bicubic"}),
+    "filter-phases": ((1, 2, 2, 300), {"size": (2, 120), "mode": "bilinear",
+                                       "antialias": True}),
+}
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(TRANSPOSED_MAP_CASES))
+def test_transposed_maps_add_into_plus_zero_as_torchs_backward(name, rng):
+    """Where the reverse mode is the transposed plan's map, each input's sum of weighted
+    cotangents is added into ``+0``, as torch's backward adds into a zeroed gradient (a
+    cotangent of ``-0`` and ``+0`` gives torch's ``+0``), and the rest is torch's to
+    rounding."""
+    shape, kwargs = TRANSPOSED_MAP_CASES[name]
+    _, plan = plan_interpolate("", shape, np.float64, **kwargs)
+    assert any(axis.linear_primitive() and not axis.copies for axis in plan.axes)
+    f = _resize(kwargs)
+    x = rng.standard_normal(shape)
+    value, vjp = jax.vjp(f, jnp.asarray(x))
+    zeros = np.where(rng.random(value.shape) < 0.5, -0.0, 0.0)
+    cotangent = np.where(rng.random(value.shape) < 0.5, zeros, rng.standard_normal(value.shape))
+    xt = torch.from_numpy(x).requires_grad_()
+    for g in (zeros, -np.zeros(value.shape), cotangent):
+        (expected,) = torch.autograd.grad(F.interpolate(xt, **kwargs), xt, torch.from_numpy(g))
+        actual = np.asarray(vjp(jnp.asarray(g))[0])
+        np.testing.assert_allclose(actual, expected.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected.numpy()))
 
 
 @pytest.mark.usefixtures("x64")

@@ -34,9 +34,9 @@ def resample(x: jax.Array, plan: ResamplePlan) -> jax.Array:
 
 def resample_axis(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     strategy = plan.strategy()
-    if strategy in ("filter-phases", "copy-sums") or (plan.copies and strategy != "repeat"):
-        # A linear map whose transpose is the transposed plan's map: for copies, the
-        # ``copy-sums`` that add into a zeroed gradient, as torch's backward does.
+    if plan.linear_primitive():
+        # A linear map whose transpose is the transposed plan's map, added into a zeroed
+        # gradient as torch's backward adds (for copies, ``copy-sums``).
         return _linear_resample_p.bind(x, axis=axis, plan=plan)
     if strategy == "identity":
         return x
@@ -173,12 +173,14 @@ def _no_taps(x: jax.Array, axis: int, size: int) -> jax.Array:
 
 def _weighted(x: jax.Array, axis: int, plan: AxisSampling, rows, weights) -> jax.Array:
     """``sum_t w_t * rows_t`` in tap order, or the one copied row, or (``plan.sums``) the
-    rows' sum from ``+0``."""
+    rows' sum from ``+0``; from ``+0`` too where ``plan.from_zero`` (fused with the sum
+    here: after the phases are interleaved it is a pass of its own)."""
     if plan.sums:
         return from_plus_zero(functools.reduce(jnp.add, rows))
     terms = [row if plan.copies else row * jnp.asarray(w, x.dtype)
              for row, w in zip(rows, weights)]
-    return functools.reduce(jnp.add, terms)
+    total = functools.reduce(jnp.add, terms)
+    return from_plus_zero(total) if plan.from_zero else total
 
 
 def _written_out(x: jax.Array, axis: int, plan: AxisSampling, outputs: range,
@@ -339,8 +341,8 @@ def _matmul_keeping_nonfinite(x: jax.Array, axis: int, plan: AxisSampling) -> ja
 
 def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``plan``'s values by its strategy's forward (no derivative rule): of the plans
-    ``_linear_resample_p`` takes (``filter-phases``, the copies' ``identity``, ``phases``
-    and ``picks``, ``copy-sums``) and their transposes."""
+    ``_linear_resample_p`` takes (``AxisSampling.linear_primitive``) and their
+    transposes."""
     strategy = plan.strategy()
     if strategy == "identity":
         return x
@@ -351,13 +353,14 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     if strategy in ("phases", "filter-phases"):
         phases = plan.phases()
         assert phases is not None  # chosen only for a periodic axis
-        if axis == x.ndim - 1 and phases.period > 1 and not (plan.copies or plan.sums):
+        if axis == x.ndim - 1 and phases.period > 1 and strategy == "filter-phases":
             # Along the minor axis XLA:CPU interleaves the phases element by element: the
             # axis swapped with the one before it, computed there and swapped back, which is
             # faster (BENCHMARKS.md, cell `bilinear antialias 512 -> 224, 8x3`); a period of
             # 1 has nothing to interleave, and swapping it only costs (cell
-            # `bilinear antialias 336 -> 112, 8x3`). Copies and their sums are sliced where
-            # they lie, as before they went through this map.
+            # `bilinear antialias 336 -> 112, 8x3`). Copies, their sums and interpolation's
+            # phases are sliced where they lie (swapped, `bilinear x2, 4x256x32x32`'s
+            # forward ran 1.8x slower).
             swapped = _phases(jnp.swapaxes(x, axis - 1, axis), axis - 1, plan)
             return jnp.swapaxes(swapped, axis - 1, axis)
         return _phases(x, axis, plan)
@@ -376,7 +379,6 @@ def _values(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 # gradient's time and cuts the second derivative's, where the rule's own tangent was the
 # window sums written out (BENCHMARKS.md, cell `bilinear antialias 512 -> 224, 8x3`).
 _linear_resample_p = jax.extend.core.Primitive("jaxpool_linear_resample")
-_values_jit = jax.jit(_values, static_argnums=(1, 2))
 
 
 def _linear_resample_shape(x, *, axis: int, plan: AxisSampling):
@@ -394,10 +396,18 @@ def _linear_resample_batch(args, dims, *, axis: int, plan: AxisSampling):
     return _linear_resample_p.bind(jnp.moveaxis(x, d, 0), axis=axis + 1, plan=plan), 0
 
 
-_linear_resample_p.def_impl(lambda x, *, axis, plan: _values_jit(x, axis, plan))
+def _map(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
+    values = _values(x, axis, plan)
+    if plan.from_zero and plan.strategy() not in ("phases", "filter-phases"):
+        values = from_plus_zero(values)  # the phases add from +0 in ``_weighted``
+    return values
+
+
+_map_jit = jax.jit(_map, static_argnums=(1, 2))
+_linear_resample_p.def_impl(lambda x, *, axis, plan: _map_jit(x, axis, plan))
 _linear_resample_p.def_abstract_eval(_linear_resample_shape)
 mlir.register_lowering(_linear_resample_p, mlir.lower_fun(
-    lambda x, *, axis, plan: _values(x, axis, plan), multiple_results=False))
+    lambda x, *, axis, plan: _map(x, axis, plan), multiple_results=False))
 ad.deflinear2(_linear_resample_p, _linear_resample_transpose)
 batching.primitive_batchers[_linear_resample_p] = _linear_resample_batch
 

@@ -50,6 +50,10 @@ MAX_FILTER_PHASE_PRODUCTS = 128
 # window sums, which cost little there at run time (BENCHMARKS.md, evidence
 # `MIN_FILTER_PHASE_EXTENT`).
 MIN_FILTER_PHASE_EXTENT = 256
+# ... or with at most this many phases, whose slices compile as fast as the window sums
+# at any extent: the transposes of bilinear and bicubic at integer scales, whose gradients
+# ran 2-5x faster so (evidence `_linear_primitive`).
+MAX_SHORT_FILTER_PERIOD = 4
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
@@ -76,7 +80,9 @@ class AxisSampling:
     input, copied (the nearest modes, and the axes torch copies): no arithmetic at all.
     ``sums``: every output is the sum of its taps (none or more, every weight 1), added in
     tap order from ``+0``, as torch's backward of a copy adds into a zeroed gradient: the
-    transpose of ``copies``.
+    transpose of ``copies``. ``from_zero``: each output's weighted sum added into ``+0``, as
+    torch's backward adds into a zeroed gradient: the transpose of a weighted map (whose
+    own transpose, the map again, keeps a ``-0``).
     """
 
     in_size: int
@@ -85,10 +91,17 @@ class AxisSampling:
     weights: tuple[tuple[float, ...], ...]
     copies: bool = False
     sums: bool = False
+    from_zero: bool = False
     backend: str = "cpu"  # whose strategies (jaxpool.strategy_table)
 
     def strategy(self) -> str:
         return choose_sampling_strategy(self, self.backend)
+
+    def linear_primitive(self) -> bool:
+        """Whether the axis is computed as a linear primitive, whose tangent is the map
+        itself and whose transpose is the map of :meth:`transposed`, by the strategy
+        chosen for that plan (see :func:`choose_sampling_strategy`)."""
+        return _linear_primitive(self)
 
     def matrix(self) -> np.ndarray:
         """The ``[out_size, in_size]`` matrix of the linear map (repeated taps summed)."""
@@ -239,6 +252,19 @@ def _windows(plan: AxisSampling) -> Windows:
 
 
 @functools.lru_cache(maxsize=256)
+def _linear_primitive(plan: AxisSampling) -> bool:
+    strategy = plan.strategy()
+    if strategy in ("filter-phases", "copy-sums") or (plan.copies and strategy != "repeat"):
+        return True
+    # Interpolation whose transpose takes strided slices: JAX's own transpose of the
+    # phases' slices (input-sized strided pads, added) or of the window sums' rule ran
+    # 2-4x slower (BENCHMARKS.md, cells `bilinear x2, 4x256x32x32` and `U-Net bilinear x2
+    # align_corners, 4x64x64x64`; evidence `_linear_primitive`).
+    return (strategy in ("phases", "selections") and all(plan.transposed().taps)
+            and plan.transposed().strategy() in ("phases", "filter-phases"))
+
+
+@functools.lru_cache(maxsize=256)
 def _transposed(plan: AxisSampling) -> AxisSampling:
     taps: list[list[int]] = [[] for _ in range(plan.in_size)]
     weights: list[list[float]] = [[] for _ in range(plan.in_size)]
@@ -247,9 +273,10 @@ def _transposed(plan: AxisSampling) -> AxisSampling:
             taps[j].append(i)
             weights[j].append(w)
     # Copies and sums are each other's transposes (each output of the transposed sums
-    # taps one input, with weight 1).
+    # taps one input, with weight 1); a weighted map's transpose adds from +0.
     return AxisSampling(plan.out_size, plan.in_size, tuple(map(tuple, taps)),
                         tuple(map(tuple, weights)), copies=plan.sums, sums=plan.copies,
+                        from_zero=not (plan.copies or plan.sums or plan.from_zero),
                         backend=plan.backend)
 
 
@@ -365,11 +392,11 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     - ``phases``: the taps repeat every few outputs, shifted by a fixed step (a fixed
       integer or rational scale): one strided slice per phase and tap, the phases
       interleaved, and the few edge outputs that break the pattern written out;
-    - ``filter-phases``: the same for antialias, whose outputs have different numbers of
-      taps and weights that drift from period to period: each phase's taps are strided
-      slices times constant vectors of its outputs' own weights (``phases`` takes weights
-      that repeat to 1e-5; at 512 -> 224 a weight of 0.0137 drifts by 3e-4 of itself
-      within 116 outputs);
+    - ``filter-phases``: the same for antialias and the transposes of interpolation, whose
+      outputs have different numbers of taps and weights that drift from period to period:
+      each phase's taps are strided slices times constant vectors of its outputs' own
+      weights (``phases`` takes weights that repeat to 1e-5; at 512 -> 224 a weight of
+      0.0137 drifts by 3e-4 of itself within 116 outputs);
     - ``picks``: any other copies (nearest at an arbitrary scale): the outputs in blocks,
       each picked from its block's window of the input by a tree of selects (one level
       per bit of its position there); a linear map whose transpose is ``copy-sums``;
@@ -386,14 +413,16 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     - ``matrix``: small axes: a product with the ``[out, in]`` matrix of the map, with a
       second product that keeps NaN and inf where torch puts them.
 
-    The derivative rule of ``selections``, ``window-sums`` and ``matrix`` is the
-    window sums (``jaxpool.resampling.kernel._tap_sums``), each window repeated for its block's
-    outputs by stacked copies. ``filter-phases`` is a linear map whose tangent is itself
-    and whose transpose is the map of ``plan.transposed()`` (each input's sum over the
-    outputs that tap it), computed by the strategy chosen here for that plan; so are
-    ``identity``, ``phases`` and ``picks`` of copies, whose transpose is ``copy-sums`` (a
-    copy's cotangent added into a zeroed gradient, as torch's backward adds it: ``+0``
-    where the transpose of a slice would keep ``-0``).
+    ``filter-phases`` is a linear map whose tangent is itself and whose transpose is the
+    map of ``plan.transposed()`` (each input's sum over the outputs that tap it, added into
+    ``+0`` as torch's backward adds into a zeroed gradient), computed by the strategy chosen
+    here for that plan; so are ``phases`` and ``selections`` where that plan takes
+    strided slices (``AxisSampling.linear_primitive``), and ``identity``, ``phases`` and
+    ``picks`` of copies, whose transpose is ``copy-sums`` (``+0`` where the transpose of a
+    slice would keep ``-0``). The derivative rule of the other ``selections``,
+    ``window-sums`` and ``matrix`` is the window sums
+    (``jaxpool.resampling.kernel._tap_sums``), each window repeated for its block's outputs
+    by stacked copies.
     """
     n, k = plan.in_size, plan.out_size
     if plan.sums:
@@ -424,7 +453,9 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
             return "phases"
         # Its derivative is the transposed plan's map: every input must be tapped.
         if (not equal_taps and products <= MAX_FILTER_PHASE_PRODUCTS
-                and max(n, k) >= MIN_FILTER_PHASE_EXTENT and all(plan.transposed().taps)):
+                and (max(n, k) >= MIN_FILTER_PHASE_EXTENT
+                     or phases.period <= MAX_SHORT_FILTER_PERIOD)
+                and all(plan.transposed().taps)):
             return "filter-phases"
     return "selections" if equal_taps else "window-sums"
 
