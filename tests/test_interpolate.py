@@ -422,6 +422,9 @@ DERIVATIVE_CASES = {
     "filter-phases": ((1, 1, 256, 3), {"size": (112, 2), "mode": "bicubic",
                                        "antialias": True}),
     "window-sums": ((1, 1, 42, 3), {"size": (9, 2), "mode": "bicubic", "antialias": True}),
+    # its transpose (41 -> 30) has no period: selections, each input's missing taps masked
+    "selections transposed by selections": ((1, 2, 2, 30), {"size": (2, 41),
+                                                           "mode": "bicubic"}),
 }
 
 
@@ -636,6 +639,11 @@ TRANSPOSED_MAP_CASES = {
     "phases": ((1, 2, 3, 20), {"scale_factor": 2, "mode": "bilinear"}),
     "selections": ((1, 2, 3, 40), {"size": (3, 80), "mode": "bilinear", "align_corners": True}),
     "bicubic phases": ((1, 2, 20, 2), {"scale_factor": 2, "mode": "bicubic"}),
+    # no period: the transpose picks each input's 3-6 taps, the missing ones masked
+    "selections, transposed by selections": ((1, 2, 2, 30), {"size": (2, 41),
+                                                            "mode": "bicubic"}),
+    "bilinear selections, transposed by selections": ((1, 2, 30, 3), {"size": (41, 3),
+                                                                     "mode": "bilinear"}),
     "filter-phases": ((1, 2, 2, 300), {"size": (2, 120), "mode": "bilinear",
                                        "antialias": True}),
 }

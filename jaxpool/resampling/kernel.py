@@ -131,18 +131,25 @@ def _picks(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
 def _selections(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     """``sum_t w_t * x[tap_t]`` with each tap picked from its block's window and its
     weights a constant array: torch's products, two or four per output, for an arbitrary
-    scale (a matrix product would spend ``in`` multiply-adds per output)."""
+    scale (a matrix product would spend ``in`` multiply-adds per output). An output with
+    fewer taps (a transposed plan's) takes zero for the missing ones, by a select: no
+    product with a zero weight that would turn an inf into NaN."""
     windows = plan.windows()
-    assert all(local.min() >= 0 for local in windows.local)  # only for equal tap counts
     positions = _window_positions(x, axis, windows)
     trailing = (1,) * (x.ndim - axis - 1)
-    terms = []
+    total = None
     for t, local in enumerate(windows.local):
         weights = np.zeros(local.shape)
-        weights.reshape(-1)[:plan.out_size] = [w[t] for w in plan.weights]
-        terms.append(_pick(positions, axis, local)
-                     * jnp.asarray(weights.reshape(weights.shape + trailing), x.dtype))
-    return _outputs(functools.reduce(jnp.add, terms), axis, plan.out_size)
+        weights.reshape(-1)[:plan.out_size] = [w[t] if t < len(w) else 0.0
+                                               for w in plan.weights]
+        term = (_pick(positions, axis, np.maximum(local, 0))
+                * jnp.asarray(weights.reshape(weights.shape + trailing), x.dtype))
+        if local.min() < 0:
+            present = jnp.asarray((local >= 0).reshape(local.shape + trailing))
+            term = jnp.where(present, term, jnp.zeros((), x.dtype))
+        total = term if total is None else total + term
+    assert total is not None  # chosen only where every output taps something
+    return _outputs(from_plus_zero(total) if plan.from_zero else total, axis, plan.out_size)
 
 
 def _copy_sums(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
@@ -398,8 +405,8 @@ def _linear_resample_batch(args, dims, *, axis: int, plan: AxisSampling):
 
 def _map(x: jax.Array, axis: int, plan: AxisSampling) -> jax.Array:
     values = _values(x, axis, plan)
-    if plan.from_zero and plan.strategy() not in ("phases", "filter-phases"):
-        values = from_plus_zero(values)  # the phases add from +0 in ``_weighted``
+    if plan.from_zero and plan.strategy() not in ("phases", "filter-phases", "selections"):
+        values = from_plus_zero(values)  # those add from +0 within their sums
     return values
 
 

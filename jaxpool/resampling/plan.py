@@ -54,6 +54,11 @@ MIN_FILTER_PHASE_EXTENT = 256
 # at any extent: the transposes of bilinear and bicubic at integer scales, whose gradients
 # ran 2-5x faster so (evidence `_linear_primitive`).
 MAX_SHORT_FILTER_PERIOD = 4
+# The transpose of interpolation at a scale with no period (bicubic 224 -> 299: 5-6 taps
+# per input) picks each input's taps as ``selections`` does, missing ones masked, up to
+# this many taps (one select tree each); beyond, the window sums, whose program does not
+# grow with the taps.
+MAX_TRANSPOSE_SELECTION_TAPS = 8
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
@@ -256,12 +261,13 @@ def _linear_primitive(plan: AxisSampling) -> bool:
     strategy = plan.strategy()
     if strategy in ("filter-phases", "copy-sums") or (plan.copies and strategy != "repeat"):
         return True
-    # Interpolation whose transpose takes strided slices: JAX's own transpose of the
-    # phases' slices (input-sized strided pads, added) or of the window sums' rule ran
-    # 2-4x slower (BENCHMARKS.md, cells `bilinear x2, 4x256x32x32` and `U-Net bilinear x2
-    # align_corners, 4x64x64x64`; evidence `_linear_primitive`).
+    # Interpolation whose transpose takes strided slices or selections: JAX's own
+    # transpose of the phases' slices (input-sized strided pads, added) or of the window
+    # sums' rule ran 2-5x slower (BENCHMARKS.md, cells `bilinear x2, 4x256x32x32`, `U-Net
+    # bilinear x2 align_corners, 4x64x64x64` and `bicubic 224 -> 299, 8x3`; evidence
+    # `_linear_primitive`). The window sums as the transpose ran slower still.
     return (strategy in ("phases", "selections") and all(plan.transposed().taps)
-            and plan.transposed().strategy() in ("phases", "filter-phases"))
+            and plan.transposed().strategy() in ("phases", "filter-phases", "selections"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -405,7 +411,9 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
       order from ``+0``; ``phases`` where they repeat within as many slices as copies
       take;
     - ``selections``: an arbitrary scale with the same number of taps per output (linear,
-      bicubic): each tap picked as ``picks`` does, times a constant weight vector;
+      bicubic), or the transpose of such a map (``plan.from_zero``, up to
+      ``MAX_TRANSPOSE_SELECTION_TAPS`` taps): each tap picked as ``picks`` does, times a
+      constant weight vector, a missing tap zero by a select;
     - ``window-sums``: antialias (whose outputs have different numbers of taps): each
       block of outputs multiplies its window of the input by its constant weights, zero
       outside its taps by a select (so NaN and inf reach only the outputs that tap them),
@@ -417,7 +425,7 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
     map of ``plan.transposed()`` (each input's sum over the outputs that tap it, added into
     ``+0`` as torch's backward adds into a zeroed gradient), computed by the strategy chosen
     here for that plan; so are ``phases`` and ``selections`` where that plan takes
-    strided slices (``AxisSampling.linear_primitive``), and ``identity``, ``phases`` and
+    strided slices or selections (``AxisSampling.linear_primitive``), and ``identity``, ``phases`` and
     ``picks`` of copies, whose transpose is ``copy-sums`` (``+0`` where the transpose of a
     slice would keep ``-0``). The derivative rule of the other ``selections``,
     ``window-sums`` and ``matrix`` is the window sums
@@ -457,7 +465,10 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
                      or phases.period <= MAX_SHORT_FILTER_PERIOD)
                 and all(plan.transposed().taps)):
             return "filter-phases"
-    return "selections" if equal_taps else "window-sums"
+    if equal_taps or (plan.from_zero
+                      and max(map(len, plan.taps)) <= MAX_TRANSPOSE_SELECTION_TAPS):
+        return "selections"
+    return "window-sums"
 
 
 def _few_copy_slices(plan: AxisSampling) -> bool:
