@@ -425,6 +425,9 @@ DERIVATIVE_CASES = {
     # its transpose (41 -> 30) has no period: selections, each input's missing taps masked
     "selections transposed by selections": ((1, 2, 2, 30), {"size": (2, 41),
                                                            "mode": "bicubic"}),
+    # antialias with no short period and up to 8 taps: selections, 4 or 5 taps per output
+    "antialias selections": ((1, 2, 2, 61), {"size": (3, 29), "mode": "bilinear",
+                                             "antialias": True}),
 }
 
 
@@ -567,7 +570,7 @@ NONFINITE_CASES = {**{f"{name} (derivative case)": case
                    **{name: case for name, case in CASES.items() if name != "area"}}
 DEFAULT_NONFINITE = {f"{name} (derivative case)"
                      for name in default_cases(list(DERIVATIVE_CASES), 2)} | {
-    "phases (derivative case)", "trilinear", "bilinear antialias down", "linear 1d down",
+    "phases (derivative case)", "antialias selections (derivative case)", "trilinear", "bilinear antialias down", "linear 1d down",
     "bilinear antialias /3 (filter-phases, zero weights)",
     "bilinear antialias large (filter-phases)"}
 
@@ -638,6 +641,8 @@ def test_copies_derivatives_are_torchs_bits_on_every_small_extent(mode, largest,
 TRANSPOSED_MAP_CASES = {
     "phases": ((1, 2, 3, 20), {"scale_factor": 2, "mode": "bilinear"}),
     "selections": ((1, 2, 3, 40), {"size": (3, 80), "mode": "bilinear", "align_corners": True}),
+    "antialias selections": ((1, 2, 2, 53), {"size": (3, 31), "mode": "bicubic",
+                                             "antialias": True}),
     "bicubic phases": ((1, 2, 20, 2), {"scale_factor": 2, "mode": "bicubic"}),
     # no period: the transpose picks each input's 3-6 taps, the missing ones masked
     "selections, transposed by selections": ((1, 2, 2, 30), {"size": (2, 41),

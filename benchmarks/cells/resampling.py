@@ -71,6 +71,10 @@ CELLS = (
     Cell("trilinear x2, 2x32x16^3", (2, 32, 16, 16, 16), {"scale_factor": 2, "mode": "trilinear"}),
     Cell("bilinear antialias 336 -> 112, 8x3", (8, 3, 336, 336),
          {"size": (112, 112), "mode": "bilinear", "antialias": True}),
+    # torchvision's Resize(224) on a 375x500 image (antialias by default on tensors): a
+    # ratio with no short period
+    Cell("bilinear antialias 375x500 -> 224x298, 8x3", (8, 3, 375, 500),
+         {"size": (224, 298), "mode": "bilinear", "antialias": True}),
     Cell("bicubic 14 -> 21 (position embedding), 1x768", (1, 768, 14, 14),
          {"size": (21, 21), "mode": "bicubic"}),
     Cell("nearest 1.9355 (Mask R-CNN mask), 2x1x51x124", (2, 1, 51, 124),

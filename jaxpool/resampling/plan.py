@@ -54,11 +54,11 @@ MIN_FILTER_PHASE_EXTENT = 256
 # at any extent: the transposes of bilinear and bicubic at integer scales, whose gradients
 # ran 2-5x faster so (evidence `_linear_primitive`).
 MAX_SHORT_FILTER_PERIOD = 4
-# The transpose of interpolation at a scale with no period (bicubic 224 -> 299: 5-6 taps
-# per input) picks each input's taps as ``selections`` does, missing ones masked, up to
-# this many taps (one select tree each); beyond, the window sums, whose program does not
-# grow with the taps.
-MAX_TRANSPOSE_SELECTION_TAPS = 8
+# Outputs with different numbers of taps and no period (antialias at most scales; the
+# transpose of interpolation, bicubic 224 -> 299: 5-6 taps per input) are picked as
+# ``selections`` picks, missing taps masked, up to this many taps (one select tree each);
+# beyond, the window sums, whose program does not grow with the taps.
+MAX_SELECTION_TAPS = 8
 # Outputs at the edges that break the periodic pattern are written out one by one; beyond
 # this many the matrix product is used instead.
 MAX_EDGE_OUTPUTS = 16
@@ -411,10 +411,10 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
       order from ``+0``; ``phases`` where they repeat within as many slices as copies
       take;
     - ``selections``: an arbitrary scale with the same number of taps per output (linear,
-      bicubic), or the transpose of such a map (``plan.from_zero``, up to
-      ``MAX_TRANSPOSE_SELECTION_TAPS`` taps): each tap picked as ``picks`` does, times a
-      constant weight vector, a missing tap zero by a select;
-    - ``window-sums``: antialias (whose outputs have different numbers of taps): each
+      bicubic), or with up to ``MAX_SELECTION_TAPS`` (antialias, the transposes of
+      interpolation): each tap picked as ``picks`` does, times a constant weight vector, a
+      missing tap zero by a select;
+    - ``window-sums``: antialias with more taps (outputs with different numbers): each
       block of outputs multiplies its window of the input by its constant weights, zero
       outside its taps by a select (so NaN and inf reach only the outputs that tap them),
       and sums: ``length`` products per output, where a matrix product spends ``in``;
@@ -465,8 +465,7 @@ def choose_sampling_strategy(plan: AxisSampling, backend: str = "cpu") -> str:
                      or phases.period <= MAX_SHORT_FILTER_PERIOD)
                 and all(plan.transposed().taps)):
             return "filter-phases"
-    if equal_taps or (plan.from_zero
-                      and max(map(len, plan.taps)) <= MAX_TRANSPOSE_SELECTION_TAPS):
+    if equal_taps or max(map(len, plan.taps)) <= MAX_SELECTION_TAPS:
         return "selections"
     return "window-sums"
 
